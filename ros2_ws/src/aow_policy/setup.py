@@ -1,0 +1,29 @@
+"""ament_python package; also installs with plain pip where ROS 2 is absent."""
+
+from glob import glob
+
+from setuptools import find_packages, setup
+
+package_name = "aow_policy"
+
+setup(
+    name=package_name,
+    version="0.1.0",
+    packages=find_packages(exclude=["test", "tests"]),
+    data_files=[
+        ("share/ament_index/resource_index/packages", ["resource/" + package_name]),
+        ("share/" + package_name, ["package.xml"]),
+        ("share/" + package_name + "/launch", glob("launch/*.py")),
+        ("share/" + package_name + "/config", glob("config/*.yaml")),
+    ],
+    install_requires=["setuptools", "numpy", "pyyaml", "onnxruntime"],
+    zip_safe=True,
+    maintainer="AoW toolkit developers",
+    maintainer_email="dev@aow.local",
+    description="ONNX locomotion policy runtime and violation monitor for the AoW robot.",
+    license="BSD-3-Clause",
+    tests_require=["pytest"],
+    entry_points={
+        "console_scripts": [],
+    },
+)
