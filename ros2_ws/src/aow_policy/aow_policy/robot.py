@@ -249,7 +249,7 @@ def default_config_path() -> Path:
         from ament_index_python.packages import get_package_share_directory
 
         return Path(get_package_share_directory("aow_policy")) / "config" / "aow_c.yaml"
-    except Exception:  # noqa: BLE001 - any failure means "not a ROS install"
+    except Exception:  # any failure means "not a ROS install"
         import sys
 
         return Path(sys.prefix) / "share" / "aow_policy" / "config" / "aow_c.yaml"
