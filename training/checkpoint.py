@@ -1,0 +1,105 @@
+"""Checkpoint files: written atomically, read with ``torch.load(weights_only=True)``.
+
+A checkpoint is a plain dict of tensors, numbers, strings, lists and dicts (no pickled
+objects), so loading one never runs code. Layout of the dict (format version 1):
+
+- ``format``: "aow-checkpoint", ``version``: 1
+- ``iteration``: int, the number of completed learning iterations
+- ``config``: the run's typed config as plain data (``dataclasses.asdict``), including
+  ``task``, ``algo``, ``network`` (a :class:`training.networks.NetworkConfig` as dict)
+- ``obs_layout``: {"policy": [...], "critic": [...]}: :meth:`ObservationLayout.to_list`
+- ``action_layout``: {"joint_names": [...], "kinds": [...], "scales": [...], "offsets": [...],
+  "low": [...], "high": [...]}: action i drives joint_names[i]; target = offset + scale * action,
+  clipped to [low, high] (leg: position around the default pose; wheel: velocity)
+- ``num_actions``: int, ``cost_groups``: {group name: [cost term names]}
+- ``model``: ``ActorCritic.state_dict()``
+- ``optimizer``: the optimizer's state_dict
+- ``algo_state``: algorithm state (penalty weights, Lagrange multipliers, their optimizers)
+- ``rng``: random generator states as tensors
+- ``robot_contract_hash``: the robot contract the run trained against
+"""
+
+from __future__ import annotations
+
+import os
+import tempfile
+from pathlib import Path
+from typing import Any
+
+import torch
+
+FORMAT = "aow-checkpoint"
+VERSION = 1
+REQUIRED_KEYS = (
+    "format",
+    "version",
+    "iteration",
+    "config",
+    "obs_layout",
+    "action_layout",
+    "num_actions",
+    "cost_groups",
+    "model",
+    "optimizer",
+    "algo_state",
+    "rng",
+    "robot_contract_hash",
+)
+
+
+class CheckpointError(ValueError):
+    """The file is not a usable checkpoint; the message says why."""
+
+
+def save_checkpoint(path: str | os.PathLike[str], payload: dict[str, Any]) -> Path:
+    """Write atomically: a crash mid-write never leaves a truncated checkpoint under ``path``."""
+    payload = {"format": FORMAT, "version": VERSION, **payload}
+    missing = [k for k in REQUIRED_KEYS if k not in payload]
+    if missing:
+        raise CheckpointError(f"checkpoint payload lacks key(s) {missing}")
+    path = Path(path)
+    path.parent.mkdir(parents=True, exist_ok=True)
+    fd, tmp = tempfile.mkstemp(prefix=f".{path.name}.", suffix=".tmp", dir=path.parent)
+    try:
+        with os.fdopen(fd, "wb") as f:
+            torch.save(payload, f)
+            f.flush()
+            os.fsync(f.fileno())
+        os.replace(tmp, path)
+    except BaseException:
+        Path(tmp).unlink(missing_ok=True)
+        raise
+    return path
+
+
+def load_checkpoint(path: str | os.PathLike[str]) -> dict[str, Any]:
+    """Load and check a checkpoint; refuses truncated, foreign and incomplete files clearly."""
+    path = Path(path)
+    if not path.is_file():
+        raise CheckpointError(f"{path}: no such checkpoint file")
+    try:
+        data = torch.load(path, map_location="cpu", weights_only=True)
+    except Exception as e:  # torch raises many types for corrupt files
+        raise CheckpointError(f"{path}: not a readable checkpoint ({type(e).__name__}: {e})") from None
+    if not isinstance(data, dict) or data.get("format") != FORMAT:
+        raise CheckpointError(f"{path}: not an AoW checkpoint (no format marker {FORMAT!r})")
+    if data.get("version") != VERSION:
+        raise CheckpointError(f"{path}: checkpoint version {data.get('version')!r}, this toolkit reads {VERSION}")
+    missing = [k for k in REQUIRED_KEYS if k not in data]
+    if missing:
+        raise CheckpointError(f"{path}: checkpoint lacks key(s) {missing}")
+    return data
+
+
+def latest_checkpoint(run_dir: str | os.PathLike[str]) -> Path:
+    """The checkpoint with the highest iteration in a run directory (``model_<iteration>.pt``)."""
+    run_dir = Path(run_dir)
+    candidates = []
+    for p in run_dir.glob("model_*.pt"):
+        try:
+            candidates.append((int(p.stem.split("_", 1)[1]), p))
+        except ValueError:
+            continue
+    if not candidates:
+        raise CheckpointError(f"{run_dir}: no checkpoints (model_<iteration>.pt) in this run directory")
+    return max(candidates)[1]
