@@ -1,0 +1,35 @@
+"""Velocity commands (vx, vy, yaw rate in the base frame): sampling and heading control."""
+
+from __future__ import annotations
+
+import torch
+
+from training.mdp.math import wrap_to_pi
+
+
+def sample_uniform(
+    n: int, low: torch.Tensor, high: torch.Tensor, generator: torch.Generator | None = None
+) -> torch.Tensor:
+    """n commands drawn uniformly in the box [low, high] (per component), [n, len(low)]."""
+    u = torch.rand((n, low.shape[0]), generator=generator, device=low.device, dtype=low.dtype)
+    return low + (high - low) * u
+
+
+def zero_standing(commands: torch.Tensor, standing: torch.Tensor) -> torch.Tensor:
+    """Commands with the rows flagged in ``standing`` [n] set to zero (stand still)."""
+    return commands * (~standing)[:, None].to(commands.dtype)
+
+
+def zero_small_linear(commands: torch.Tensor, threshold: float) -> torch.Tensor:
+    """Drop horizontal commands shorter than ``threshold`` (m/s): too small to track or see."""
+    keep = (commands[:, :2].norm(dim=-1) >= threshold).to(commands.dtype)
+    out = commands.clone()
+    out[:, :2] *= keep[:, None]
+    return out
+
+
+def heading_to_yaw_rate(
+    target_heading: torch.Tensor, yaw: torch.Tensor, gain: float, low: float, high: float
+) -> torch.Tensor:
+    """Heading mode: yaw-rate command clip(gain * wrap(heading - yaw), low, high)."""
+    return (gain * wrap_to_pi(target_heading - yaw)).clamp(low, high)

@@ -1,0 +1,28 @@
+"""Termination conditions: each returns a bool tensor [N] (True = end the episode)."""
+
+from __future__ import annotations
+
+import torch
+
+
+def contact(contacts: torch.Tensor) -> torch.Tensor:
+    """Any of the watched bodies (e.g. base, thighs) touching something; contacts [N, B]."""
+    return (contacts > 0).any(-1)
+
+
+def bad_orientation(roll: torch.Tensor, pitch: torch.Tensor, max_roll: float, max_pitch: float) -> torch.Tensor:
+    """Roll or pitch beyond its bound (rad)."""
+    return (roll.abs() > max_roll) | (pitch.abs() > max_pitch)
+
+
+def nonfinite(*tensors: torch.Tensor) -> torch.Tensor:
+    """Rows with a NaN or inf in any of the given [N, ...] tensors: a simulator blow-up."""
+    bad = torch.zeros(tensors[0].shape[0], dtype=torch.bool, device=tensors[0].device)
+    for t in tensors:
+        bad |= ~torch.isfinite(t.reshape(t.shape[0], -1)).all(-1)
+    return bad
+
+
+def time_out(episode_length: torch.Tensor, max_episode_length: int) -> torch.Tensor:
+    """Truncation at the episode length (policy steps): bootstrap, do not treat as failure."""
+    return episode_length >= max_episode_length
