@@ -1,0 +1,587 @@
+"""Conversions between ROS 2 messages and numpy arrays, for rclpy's and rosbags' message classes.
+
+Incoming messages are read by field names only, so an rclpy message object and a rosbags
+dataclass convert alike; sequences may be ``array.array`` (rclpy), numpy arrays (rosbags) or
+lists. Outgoing messages are built through a :class:`MessageFactory` that holds the message
+classes (a rosbags typestore's ``types`` or rclpy's generated classes) and knows which
+sequence type each flavour wants.
+
+Joints are matched by name: a JointState may list them in any order and carry extra joints;
+a joint of the contract that is missing makes the message refused (:class:`MissingJointsError`).
+
+GridMap storage follows ANYbotics grid_map (see ``shared/reference/facts.md``): each layer is an
+Eigen matrix of ``rows`` cells along x by ``cols`` cells along y, stored column-major unless the
+first layout dimension is labelled ``row_index``; the buffer is circular with start indices.
+"""
+
+from __future__ import annotations
+
+import array
+import math
+from collections.abc import Mapping, Sequence
+from dataclasses import dataclass, field
+from typing import Any
+
+import numpy as np
+
+from aow_policy.msg_defs import GRID_MAP, register_grid_map_types
+
+
+class MessageError(ValueError):
+    """A message cannot be converted; the text says which field is wrong."""
+
+
+class MissingJointsError(MessageError):
+    """A JointState lacks joints of the contract."""
+
+    def __init__(self, missing: Sequence[str]):
+        self.missing = tuple(missing)
+        super().__init__(f"JointState is missing joint(s) {list(self.missing)}")
+
+
+# ---- small helpers ---------------------------------------------------------------------------
+
+_TYPECODES = {np.dtype(np.float64): "d", np.dtype(np.float32): "f"}
+
+
+def as_array(values: Any, dtype: Any = np.float64) -> np.ndarray:
+    """A numpy view of a message sequence without copying where the element type matches."""
+    dtype = np.dtype(dtype)
+    if isinstance(values, np.ndarray):
+        return values if values.dtype == dtype else values.astype(dtype)
+    if isinstance(values, array.array):
+        if len(values) == 0:
+            return np.empty(0, dtype)
+        if _TYPECODES.get(dtype) == values.typecode:
+            return np.frombuffer(values, dtype=dtype)
+    return np.asarray(values, dtype=dtype)
+
+
+def stamp_to_seconds(stamp: Any) -> float:
+    """builtin_interfaces/Time -> seconds."""
+    return stamp.sec + stamp.nanosec * 1e-9
+
+
+def seconds_to_sec_nanosec(t: float) -> tuple[int, int]:
+    """Seconds -> (sec, nanosec) with 0 <= nanosec < 1e9 (negative times round toward -inf)."""
+    total_ns = round(t * 1e9)
+    return total_ns // 1_000_000_000, total_ns % 1_000_000_000
+
+
+# ---- JointState ------------------------------------------------------------------------------
+
+
+@dataclass
+class JointStateArrays:
+    """Joint values in the reader's joint order. Empty message fields give NaN."""
+
+    position: np.ndarray
+    velocity: np.ndarray
+    effort: np.ndarray
+    has_velocity: bool
+    has_effort: bool
+    stamp: float
+
+
+class JointStateReader:
+    """Reads JointState messages into preallocated arrays in a fixed joint order, by name.
+
+    The name -> index mapping of each distinct message name list is computed once and cached,
+    so reading a message in the control loop costs three gathers and no new arrays.
+    """
+
+    _MAX_CACHED_LAYOUTS = 16
+
+    def __init__(self, joint_names: Sequence[str]):
+        self.joint_names = tuple(joint_names)
+        n = len(self.joint_names)
+        self.position = np.full(n, np.nan)
+        self.velocity = np.full(n, np.nan)
+        self.effort = np.full(n, np.nan)
+        self.has_velocity = False
+        self.has_effort = False
+        self.stamp = math.nan
+        self._layouts: dict[tuple[str, ...], tuple[np.ndarray, int]] = {}
+
+    def _layout(self, names: Any) -> tuple[np.ndarray, int]:
+        key = tuple(names)
+        hit = self._layouts.get(key)
+        if hit is not None:
+            return hit
+        lookup: dict[str, int] = {}
+        for i, name in enumerate(key):
+            if name in lookup:
+                raise MessageError(f"JointState lists joint {name!r} twice")
+            lookup[name] = i
+        missing = [n for n in self.joint_names if n not in lookup]
+        if missing:
+            raise MissingJointsError(missing)
+        if len(self._layouts) >= self._MAX_CACHED_LAYOUTS:
+            self._layouts.clear()
+        layout = (np.array([lookup[n] for n in self.joint_names], dtype=np.intp), len(key))
+        self._layouts[key] = layout
+        return layout
+
+    def read(self, msg: Any) -> None:
+        """Fill ``position``, ``velocity``, ``effort`` from ``msg``; raises MessageError if refused.
+
+        Refused: a missing or duplicated joint, or a position/velocity/effort field whose length
+        is neither 0 nor the number of names. Position is required; velocity and effort may be
+        empty (then NaN, with ``has_velocity`` / ``has_effort`` False).
+        """
+        index, count = self._layout(msg.name)
+        fields = (("position", self.position), ("velocity", self.velocity), ("effort", self.effort))
+        present = []
+        for field_name, out in fields:
+            values = as_array(getattr(msg, field_name))
+            if len(values) == count:
+                np.take(values, index, out=out)
+                present.append(True)
+            elif len(values) == 0 and field_name != "position":
+                out.fill(np.nan)
+                present.append(False)
+            else:
+                raise MessageError(f"JointState.{field_name} has {len(values)} values for {count} names")
+        self.has_velocity, self.has_effort = present[1], present[2]
+        self.stamp = stamp_to_seconds(msg.header.stamp)
+
+    def arrays(self) -> JointStateArrays:
+        """A copy of the last read values."""
+        return JointStateArrays(
+            self.position.copy(),
+            self.velocity.copy(),
+            self.effort.copy(),
+            self.has_velocity,
+            self.has_effort,
+            self.stamp,
+        )
+
+
+def joint_state_to_arrays(msg: Any, joint_names: Sequence[str]) -> JointStateArrays:
+    """One JointState -> arrays in ``joint_names`` order (by name); raises MessageError if refused."""
+    reader = JointStateReader(joint_names)
+    reader.read(msg)
+    return reader.arrays()
+
+
+# ---- Odometry --------------------------------------------------------------------------------
+
+TWIST_FRAMES = ("child", "parent")
+
+
+@dataclass
+class BaseState:
+    """Base pose and velocities from nav_msgs/Odometry.
+
+    ``linear_velocity`` and ``angular_velocity`` are in the base frame; ``projected_gravity`` is
+    the unit gravity direction in the base frame; ``yaw`` is the heading in the odometry frame.
+    """
+
+    position: np.ndarray = field(default_factory=lambda: np.full(3, np.nan))
+    orientation_xyzw: np.ndarray = field(default_factory=lambda: np.full(4, np.nan))
+    linear_velocity: np.ndarray = field(default_factory=lambda: np.full(3, np.nan))
+    angular_velocity: np.ndarray = field(default_factory=lambda: np.full(3, np.nan))
+    projected_gravity: np.ndarray = field(default_factory=lambda: np.full(3, np.nan))
+    yaw: float = math.nan
+    quaternion_norm: float = math.nan
+    frame_id: str = ""
+    child_frame_id: str = ""
+    stamp: float = math.nan
+
+    def copy(self) -> BaseState:
+        return BaseState(
+            self.position.copy(),
+            self.orientation_xyzw.copy(),
+            self.linear_velocity.copy(),
+            self.angular_velocity.copy(),
+            self.projected_gravity.copy(),
+            self.yaw,
+            self.quaternion_norm,
+            self.frame_id,
+            self.child_frame_id,
+            self.stamp,
+        )
+
+
+def read_odometry(msg: Any, out: BaseState, twist_frame: str = "child") -> BaseState:
+    """Fill ``out`` from a nav_msgs/Odometry in place (no new arrays) and return it.
+
+    REP 105 / nav_msgs: the twist is expressed in ``child_frame_id`` (the base), so it is copied
+    as is; ``twist_frame="parent"`` is for estimators that publish it in the odometry frame, and
+    rotates it into the base frame. The quaternion is normalised for gravity, yaw and that
+    rotation; its norm before normalisation is kept in ``quaternion_norm`` so callers can refuse
+    a corrupt one. NaN fields propagate as NaN.
+    """
+    pose = msg.pose.pose
+    p, q = pose.position, pose.orientation
+    out.position[0], out.position[1], out.position[2] = p.x, p.y, p.z
+    x, y, z, w = float(q.x), float(q.y), float(q.z), float(q.w)
+    out.orientation_xyzw[0], out.orientation_xyzw[1], out.orientation_xyzw[2], out.orientation_xyzw[3] = x, y, z, w
+    norm = math.sqrt(x * x + y * y + z * z + w * w)
+    out.quaternion_norm = norm
+    if norm > 0.0:
+        x, y, z, w = x / norm, y / norm, z / norm, w / norm
+    # Third row of the rotation matrix R (base -> odom): gravity (0, 0, -1) in the base is -R^T e_z.
+    r20, r21, r22 = 2.0 * (x * z - w * y), 2.0 * (y * z + w * x), 1.0 - 2.0 * (x * x + y * y)
+    out.projected_gravity[0], out.projected_gravity[1], out.projected_gravity[2] = -r20, -r21, -r22
+    out.yaw = math.atan2(2.0 * (w * z + x * y), 1.0 - 2.0 * (y * y + z * z))
+    lin, ang = msg.twist.twist.linear, msg.twist.twist.angular
+    if twist_frame == "child":
+        out.linear_velocity[0], out.linear_velocity[1], out.linear_velocity[2] = lin.x, lin.y, lin.z
+        out.angular_velocity[0], out.angular_velocity[1], out.angular_velocity[2] = ang.x, ang.y, ang.z
+    elif twist_frame == "parent":
+        rot = _rotation_matrix(x, y, z, w)
+        np.matmul(np.array([lin.x, lin.y, lin.z]), rot, out=out.linear_velocity)  # R^T v
+        np.matmul(np.array([ang.x, ang.y, ang.z]), rot, out=out.angular_velocity)
+    else:
+        raise ValueError(f"twist_frame must be one of {TWIST_FRAMES}, got {twist_frame!r}")
+    out.frame_id = msg.header.frame_id
+    out.child_frame_id = msg.child_frame_id
+    out.stamp = stamp_to_seconds(msg.header.stamp)
+    return out
+
+
+def _rotation_matrix(x: float, y: float, z: float, w: float) -> np.ndarray:
+    return np.array(
+        [
+            [1 - 2 * (y * y + z * z), 2 * (x * y - w * z), 2 * (x * z + w * y)],
+            [2 * (x * y + w * z), 1 - 2 * (x * x + z * z), 2 * (y * z - w * x)],
+            [2 * (x * z - w * y), 2 * (y * z + w * x), 1 - 2 * (x * x + y * y)],
+        ]
+    )
+
+
+def odometry_to_base_state(msg: Any, twist_frame: str = "child") -> BaseState:
+    """nav_msgs/Odometry -> a new BaseState (see :func:`read_odometry`)."""
+    return read_odometry(msg, BaseState(), twist_frame)
+
+
+# ---- Twist (velocity command) ---------------------------------------------------------------
+
+
+def twist_to_command(
+    msg: Any, low: Sequence[float], high: Sequence[float], out: np.ndarray | None = None
+) -> np.ndarray:
+    """geometry_msgs/Twist -> (vx, vy, yaw rate) clipped to [low, high] (the contract's ranges).
+
+    NaN stays NaN (it is not a number to clip; callers treat it as a fault).
+    """
+    if out is None:
+        out = np.empty(3)
+    values = (msg.linear.x, msg.linear.y, msg.angular.z)
+    for i in range(3):
+        v = float(values[i])
+        if v < low[i]:
+            v = float(low[i])
+        elif v > high[i]:
+            v = float(high[i])
+        out[i] = v  # NaN fails both comparisons and passes through
+    return out
+
+
+# ---- GridMap ---------------------------------------------------------------------------------
+
+
+@dataclass(frozen=True)
+class GridMapLayer:
+    """One layer of a grid_map_msgs/GridMap, as a view of the message's buffer.
+
+    Buffer cell (i, j) is ``values[i * row_stride + j * col_stride]``; its unwrapped index is
+    ``k = ((i - outer_start) mod rows, (j - inner_start) mod cols)`` and its centre is
+    ``(center_x, center_y) + 0.5 * (length_x, length_y) - 0.5 * resolution - resolution * k``.
+    Rows run along x and columns along y; unknown cells are NaN.
+    """
+
+    values: np.ndarray
+    rows: int
+    cols: int
+    row_stride: int
+    col_stride: int
+    resolution: float
+    length_x: float
+    length_y: float
+    center_x: float
+    center_y: float
+    outer_start: int
+    inner_start: int
+    frame_id: str
+    stamp: float
+    layer: str
+
+    def to_unwrapped(self) -> np.ndarray:
+        """(rows, cols) array indexed by the unwrapped index k (k = (0, 0) is the +x, +y corner)."""
+        ii = (np.arange(self.rows) + self.outer_start) % self.rows
+        jj = (np.arange(self.cols) + self.inner_start) % self.cols
+        return self.values[ii[:, None] * self.row_stride + jj[None, :] * self.col_stride]
+
+    def cell_centers(self) -> tuple[np.ndarray, np.ndarray]:
+        """x of each unwrapped row and y of each unwrapped column (map frame)."""
+        kx, ky = np.arange(self.rows), np.arange(self.cols)
+        x = self.center_x + 0.5 * self.length_x - 0.5 * self.resolution - self.resolution * kx
+        y = self.center_y + 0.5 * self.length_y - 0.5 * self.resolution - self.resolution * ky
+        return x, y
+
+
+_COLUMN, _ROW = "column_index", "row_index"
+
+
+def grid_map_layer(msg: Any, layer: str = "elevation") -> GridMapLayer:
+    """Select a layer of a GridMap by name and describe its storage; raises MessageError if malformed."""
+    layers = list(msg.layers)
+    if layer not in layers:
+        raise MessageError(f"GridMap has no layer {layer!r} (layers: {layers})")
+    if len(msg.data) != len(layers):
+        raise MessageError(f"GridMap has {len(layers)} layer names but {len(msg.data)} data arrays")
+    info = msg.info
+    res = float(info.resolution)
+    if not (res > 0.0 and math.isfinite(res)):
+        raise MessageError(f"GridMap.info.resolution must be positive, got {res}")
+    q = info.pose.orientation
+    if abs(q.x) > 1e-6 or abs(q.y) > 1e-6 or abs(q.z) > 1e-6:
+        raise MessageError("GridMap.info.pose.orientation is not identity: rotated grid maps are not supported")
+    rows_expected = round(info.length_x / res)
+    cols_expected = round(info.length_y / res)
+
+    array_msg = msg.data[layers.index(layer)]
+    dims = list(array_msg.layout.dim)
+    if len(dims) != 2:
+        raise MessageError(f"GridMap layer {layer!r}: expected 2 layout dimensions, got {len(dims)}")
+    labels = (dims[0].label, dims[1].label)
+    if labels == (_COLUMN, _ROW):  # Eigen column-major, grid_map's default
+        cols, rows = int(dims[0].size), int(dims[1].size)
+        row_stride, col_stride = 1, rows
+    elif labels == (_ROW, _COLUMN):
+        rows, cols = int(dims[0].size), int(dims[1].size)
+        row_stride, col_stride = cols, 1
+    else:
+        raise MessageError(
+            f"GridMap layer {layer!r}: layout labels {list(labels)} are neither "
+            f"[{_COLUMN!r}, {_ROW!r}] (column-major) nor [{_ROW!r}, {_COLUMN!r}] (row-major)"
+        )
+    if (rows, cols) != (rows_expected, cols_expected):
+        raise MessageError(
+            f"GridMap layer {layer!r}: {rows} x {cols} cells, but length {info.length_x} x {info.length_y} m at "
+            f"{res} m/cell gives {rows_expected} x {cols_expected}"
+        )
+    values = as_array(array_msg.data, np.float32)
+    offset = int(array_msg.layout.data_offset)
+    if len(values) != offset + rows * cols:
+        raise MessageError(
+            f"GridMap layer {layer!r}: {len(values)} values, expected {rows * cols} (+ data_offset {offset})"
+        )
+    if offset:
+        values = values[offset:]
+    outer, inner = int(msg.outer_start_index), int(msg.inner_start_index)
+    if not (0 <= outer < max(rows, 1) and 0 <= inner < max(cols, 1)):
+        raise MessageError(f"GridMap start indices ({outer}, {inner}) outside the {rows} x {cols} buffer")
+    return GridMapLayer(
+        values=values,
+        rows=rows,
+        cols=cols,
+        row_stride=row_stride,
+        col_stride=col_stride,
+        resolution=res,
+        length_x=float(info.length_x),
+        length_y=float(info.length_y),
+        center_x=float(info.pose.position.x),
+        center_y=float(info.pose.position.y),
+        outer_start=outer,
+        inner_start=inner,
+        frame_id=msg.header.frame_id,
+        stamp=stamp_to_seconds(msg.header.stamp),
+        layer=layer,
+    )
+
+
+# ---- outgoing messages -----------------------------------------------------------------------
+
+
+class MessageFactory:
+    """Builds messages from a mapping of type names ("sensor_msgs/msg/JointState") to classes.
+
+    rosbags classes (dataclasses with ``__msgtype__``) take numpy arrays for sequences and need
+    every field; rclpy's classes take ``array.array`` for unbounded numeric sequences. Builders
+    below always pass every field, so one code path serves both.
+    """
+
+    def __init__(self, types: Mapping[str, Any], numpy_sequences: bool | None = None):
+        self.types = types
+        if numpy_sequences is None:
+            numpy_sequences = hasattr(types["sensor_msgs/msg/JointState"], "__msgtype__")
+        self.numpy_sequences = numpy_sequences
+
+    @classmethod
+    def from_typestore(cls, typestore: Any) -> MessageFactory:
+        """A factory over a rosbags typestore (grid_map_msgs are registered into it)."""
+        register_grid_map_types(typestore)
+        return cls(typestore.types, numpy_sequences=True)
+
+    def new(self, typename: str, **fields: Any) -> Any:
+        try:
+            cls = self.types[typename]
+        except KeyError:
+            raise MessageError(f"message type {typename!r} is not available to this factory") from None
+        return cls(**fields)
+
+    def float64s(self, values: Any) -> Any:
+        a = np.ascontiguousarray(values, dtype=np.float64)
+        if self.numpy_sequences:
+            return a.copy()
+        out = array.array("d")
+        out.frombytes(a.tobytes())
+        return out
+
+    def float32s(self, values: Any) -> Any:
+        a = np.ascontiguousarray(values, dtype=np.float32)
+        if self.numpy_sequences:
+            return a.copy()
+        out = array.array("f")
+        out.frombytes(a.tobytes())
+        return out
+
+    def time(self, t: float) -> Any:
+        sec, nanosec = seconds_to_sec_nanosec(t)
+        return self.new("builtin_interfaces/msg/Time", sec=sec, nanosec=nanosec)
+
+    def header(self, t: float, frame_id: str = "") -> Any:
+        return self.new("std_msgs/msg/Header", stamp=self.time(t), frame_id=frame_id)
+
+    def vector3(self, x: float, y: float, z: float) -> Any:
+        return self.new("geometry_msgs/msg/Vector3", x=float(x), y=float(y), z=float(z))
+
+
+def joint_state_msg(
+    factory: MessageFactory,
+    names: Sequence[str],
+    position: Any,
+    velocity: Any = (),
+    effort: Any = (),
+    stamp: float = 0.0,
+    frame_id: str = "",
+) -> Any:
+    """sensor_msgs/JointState from arrays (empty velocity/effort allowed, as the message allows)."""
+    return factory.new(
+        "sensor_msgs/msg/JointState",
+        header=factory.header(stamp, frame_id),
+        name=list(names),
+        position=factory.float64s(position),
+        velocity=factory.float64s(velocity),
+        effort=factory.float64s(effort),
+    )
+
+
+def float64_multi_array_msg(factory: MessageFactory, values: Any, label: str = "") -> Any:
+    """std_msgs/Float64MultiArray with one dimension (as ros2_control's forward controllers read)."""
+    data = factory.float64s(values)
+    dim = factory.new("std_msgs/msg/MultiArrayDimension", label=label, size=len(data), stride=len(data))
+    layout = factory.new("std_msgs/msg/MultiArrayLayout", dim=[dim], data_offset=0)
+    return factory.new("std_msgs/msg/Float64MultiArray", layout=layout, data=data)
+
+
+def float64_multi_array_to_array(msg: Any) -> np.ndarray:
+    """std_msgs/Float64MultiArray -> its data (after data_offset)."""
+    return as_array(msg.data)[int(msg.layout.data_offset) :]
+
+
+def twist_msg(factory: MessageFactory, vx: float, vy: float, yaw_rate: float) -> Any:
+    return factory.new(
+        "geometry_msgs/msg/Twist",
+        linear=factory.vector3(vx, vy, 0.0),
+        angular=factory.vector3(0.0, 0.0, yaw_rate),
+    )
+
+
+def odometry_msg(
+    factory: MessageFactory,
+    position: Sequence[float],
+    orientation_xyzw: Sequence[float],
+    linear_velocity: Sequence[float],
+    angular_velocity: Sequence[float],
+    stamp: float = 0.0,
+    frame_id: str = "odom",
+    child_frame_id: str = "base",
+) -> Any:
+    """nav_msgs/Odometry; velocities are in the base (child) frame, as REP 105 specifies."""
+    f = factory
+    pose = f.new(
+        "geometry_msgs/msg/Pose",
+        position=f.new("geometry_msgs/msg/Point", x=float(position[0]), y=float(position[1]), z=float(position[2])),
+        orientation=f.new(
+            "geometry_msgs/msg/Quaternion", **dict(zip("xyzw", map(float, orientation_xyzw), strict=True))
+        ),
+    )
+    twist = f.new(
+        "geometry_msgs/msg/Twist",
+        linear=f.vector3(*linear_velocity),
+        angular=f.vector3(*angular_velocity),
+    )
+    return f.new(
+        "nav_msgs/msg/Odometry",
+        header=f.header(stamp, frame_id),
+        child_frame_id=child_frame_id,
+        pose=f.new("geometry_msgs/msg/PoseWithCovariance", pose=pose, covariance=np.zeros(36)),
+        twist=f.new("geometry_msgs/msg/TwistWithCovariance", twist=twist, covariance=np.zeros(36)),
+    )
+
+
+def grid_map_msg(
+    factory: MessageFactory,
+    layers: Mapping[str, np.ndarray],
+    resolution: float,
+    center_xy: Sequence[float],
+    stamp: float = 0.0,
+    frame_id: str = "odom",
+    outer_start: int = 0,
+    inner_start: int = 0,
+    row_major: bool = False,
+) -> Any:
+    """grid_map_msgs/GridMap from (rows, cols) arrays indexed by the unwrapped index k.
+
+    ``layers[name][kx, ky]`` is the height of the cell centred at
+    ``center + 0.5 * length - 0.5 * resolution - resolution * k`` (so [0, 0] is the +x, +y corner),
+    stored at buffer index ``(k + start) mod size``, column-major unless ``row_major``.
+    """
+    if GRID_MAP not in factory.types:
+        raise MessageError(f"{GRID_MAP} is not registered with this factory (see aow_policy.msg_defs)")
+    shapes = {np.shape(v) for v in layers.values()}
+    if len(shapes) != 1 or len(next(iter(shapes))) != 2:
+        raise MessageError(f"grid map layers must be 2-D arrays of one shape, got shapes {sorted(shapes)}")
+    rows, cols = next(iter(shapes))
+    f = factory
+    data = []
+    for values in layers.values():
+        buffer = np.roll(np.asarray(values, dtype=np.float32), (outer_start, inner_start), axis=(0, 1))
+        if row_major:
+            flat = buffer.ravel(order="C")
+            dims = [("row_index", rows, rows * cols), ("column_index", cols, cols)]
+        else:
+            flat = buffer.ravel(order="F")
+            dims = [("column_index", cols, rows * cols), ("row_index", rows, rows)]
+        layout = f.new(
+            "std_msgs/msg/MultiArrayLayout",
+            dim=[f.new("std_msgs/msg/MultiArrayDimension", label=lb, size=s, stride=st) for lb, s, st in dims],
+            data_offset=0,
+        )
+        data.append(f.new("std_msgs/msg/Float32MultiArray", layout=layout, data=f.float32s(flat)))
+    pose = f.new(
+        "geometry_msgs/msg/Pose",
+        position=f.new("geometry_msgs/msg/Point", x=float(center_xy[0]), y=float(center_xy[1]), z=0.0),
+        orientation=f.new("geometry_msgs/msg/Quaternion", x=0.0, y=0.0, z=0.0, w=1.0),
+    )
+    info = f.new(
+        "grid_map_msgs/msg/GridMapInfo",
+        resolution=float(resolution),
+        length_x=rows * float(resolution),
+        length_y=cols * float(resolution),
+        pose=pose,
+    )
+    return f.new(
+        GRID_MAP,
+        header=f.header(stamp, frame_id),
+        info=info,
+        layers=list(layers),
+        basic_layers=[],
+        data=data,
+        outer_start_index=int(outer_start),
+        inner_start_index=int(inner_start),
+    )
