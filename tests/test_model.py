@@ -8,7 +8,14 @@ import pytest
 
 from aow_policy.robot import load_robot
 from training.sim.demo_stand_roll import StandRollConfig, simulate_stand_and_roll
-from training.sim.model import build_model, build_spec, lowest_point, model_info
+from training.sim.model import (
+    build_model,
+    build_spec,
+    configure_ground_contact,
+    lowest_point,
+    model_info,
+    remove_floor,
+)
 
 # ANYmal C without wheels: about 45 kg (MuJoCo Menagerie's model, shared/reference/facts.md); the AoW's
 # wheels are about 1 kg each (issue 2). Stated here on purpose: the model must agree with these published
@@ -158,3 +165,15 @@ def test_heightfield_rejects_bad_heights(robot):
         build_spec(robot=robot, heightfield=(np.array([1.0, 2.0]), (1.0, 1.0)))
     with pytest.raises(ValueError, match="heights"):
         build_spec(robot=robot, heightfield=(np.full((3, 3), np.nan), (1.0, 1.0)))
+
+
+def test_terrain_from_elsewhere_can_take_the_floors_place(robot):
+    spec = build_spec(wheeled=True, robot=robot)
+    remove_floor(spec)
+    ground = spec.worldbody.add_geom(name="terrain", type=mujoco.mjtGeom.mjGEOM_PLANE, size=[0.0, 0.0, 0.05])
+    configure_ground_contact(ground, spec.option.timestep)
+    model = spec.compile()
+    assert mujoco.mj_name2id(model, mujoco.mjtObj.mjOBJ_GEOM, "floor") == -1
+    info = model_info(model, robot, floor_geom="terrain")
+    assert model.geom_priority[info.floor_geom_id] > model.geom_priority[info.contact_geom_ids].max()
+    assert model.geom_solref[info.floor_geom_id, 0] == pytest.approx(2 * robot.rates.physics_dt)

@@ -5,7 +5,7 @@
 Standing: the legs' position actuators target the contract's default pose with the contract's gains. The
 wheel actuators are velocity loops without a position term, so a wheel commanded to zero speed still
 turns under a steady push; at kp 80 the legs' sag pushes the front and hind wheels apart and a robot whose
-wheels are only commanded to zero speed rolls into a split (base 0.55 m -> 0.33 m in 5 s). A parked
+wheels are only commanded to zero speed rolls into a split (base 0.56 m at 1 s -> 0.40 m at 5 s). A parked
 robot holds its wheel angles instead: the standing phase commands each wheel a speed proportional to its
 angle error from the contract's default (``wheel_hold_gain``), as a stand-still controller would.
 Rolling: every wheel is commanded ``wheel_speed`` and the legs keep their default targets.
@@ -150,10 +150,11 @@ def report(result: StandRollResult, config: StandRollConfig) -> str:
         f"keyframe standing height        {result.standing_height:.3f} m (dropped from +{config.drop_height:.2f} m)",
         f"settled base height             {result.settled_height:.3f} m "
         f"(range {heights.min():.3f}-{heights.max():.3f} m after {config.settle_seconds:.0f} s)",
-        f"max leg joint speed after {config.settle_seconds:.0f} s   {result.max_leg_speed_after_settling:.3f} rad/s "
+        f"{f'max leg joint speed after {config.settle_seconds:.0f} s':<32}"
+        f"{result.max_leg_speed_after_settling:.3f} rad/s "
         f"(constraint limit {result.leg_speed_limits.min():.1f})",
         f"max tilt standing / rolling     {tilt[stand].max():.2f} / {tilt[result.rolling].max():.2f} deg",
-        f"distance rolled at {config.wheel_speed:+.1f} rad/s    {result.distance_rolled:.3f} m "
+        f"{f'distance rolled at {config.wheel_speed:+.1f} rad/s':<32}{result.distance_rolled:.3f} m "
         f"in {config.roll_seconds:.1f} s (base height at end {result.base_position[-1, 2]:.3f} m)",
         f"non-wheel ground contacts       {int(result.undesired_contacts.sum())} (contact-steps)",
         f"physics                         {result.steps_per_second:,.0f} steps/s, "
@@ -169,9 +170,10 @@ def main(argv: list[str] | None = None) -> None:
     parser.add_argument("--wheel-speed", type=float, default=StandRollConfig.wheel_speed, help="rad/s while rolling")
     parser.add_argument("--drop-height", type=float, default=StandRollConfig.drop_height, help="m above standing")
     args = parser.parse_args(argv)
-    for name in ("stand_seconds", "roll_seconds", "drop_height"):
-        if getattr(args, name) < 0:
-            parser.error(f"--{name.replace('_', '-')} must not be negative")
+    if args.drop_height < 0:
+        parser.error("--drop-height must not be negative")
+    if args.roll_seconds <= 0:
+        parser.error("--roll-seconds must be positive")
     if args.stand_seconds < 2 * StandRollConfig.settle_seconds:
         parser.error(f"--stand-seconds must be at least {2 * StandRollConfig.settle_seconds:.0f} s")
     config = StandRollConfig(

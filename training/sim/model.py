@@ -18,7 +18,8 @@ Conventions the rest of the toolkit relies on:
 - Keyframe ``default``: the contract's default joint positions with the wheels (feet) just touching flat
   ground at z = 0.
 - Collision geometry is primitives only. The floor is a plane named ``floor``; ``add_heightfield``
-  swaps it for a heightfield of the same name.
+  swaps it for a heightfield of the same name. Other terrain code calls ``remove_floor`` and gives its
+  own ground geom ``configure_ground_contact`` (the floor's friction, stiffness and priority).
 """
 
 from __future__ import annotations
@@ -189,10 +190,15 @@ def _add_floor(spec: mujoco.MjSpec) -> None:
     floor = spec.worldbody.add_geom(
         name=FLOOR, type=mujoco.mjtGeom.mjGEOM_PLANE, size=[0.0, 0.0, 0.05], rgba=[0.4, 0.45, 0.5, 1.0]
     )
-    _floor_contact(floor, spec.option.timestep)
+    configure_ground_contact(floor, spec.option.timestep)
 
 
-def _floor_contact(geom: mujoco.MjsGeom, timestep: float) -> None:
+def configure_ground_contact(geom: mujoco.MjsGeom, timestep: float) -> None:
+    """Give a ground geom (plane or heightfield) the floor's contact parameters and priority.
+
+    Any terrain added to a spec from ``build_spec`` must go through this, or its contacts fall back to
+    MuJoCo's soft defaults and loaded wheels and feet creep.
+    """
     geom.friction = list(FLOOR_FRICTION)
     geom.solimp = list(FLOOR_SOLIMP)
     geom.solref = [FLOOR_SOLREF_STEPS * timestep, 1.0]
@@ -219,12 +225,7 @@ def add_heightfield(
         raise ValueError(f"half_extent: expected two positive half-sizes (x, y) in metres, got {half_extent}")
     if base_depth <= 0:
         raise ValueError(f"base_depth: must be positive, got {base_depth}")
-    floor = spec.geom(FLOOR)
-    if floor is None:
-        raise ValueError(f"the spec has no geom named {FLOOR!r} to replace")
-    spec.delete(floor)
-    if spec.hfield(FLOOR) is not None:
-        spec.delete(spec.hfield(FLOOR))
+    remove_floor(spec)
     low, span = float(h.min()), float(h.max() - h.min())
     # A flat field still needs a positive vertical size; any value works because every sample is 0.
     z_size = span if span > 0 else 1e-3
@@ -239,7 +240,17 @@ def add_heightfield(
     geom = spec.worldbody.add_geom(
         name=FLOOR, type=mujoco.mjtGeom.mjGEOM_HFIELD, hfieldname=FLOOR, pos=[0.0, 0.0, low], rgba=[0.4, 0.45, 0.5, 1.0]
     )
-    _floor_contact(geom, spec.option.timestep)
+    configure_ground_contact(geom, spec.option.timestep)
+
+
+def remove_floor(spec: mujoco.MjSpec) -> None:
+    """Delete the ``floor`` geom (and its heightfield asset, if any) so other terrain can take its place."""
+    floor = spec.geom(FLOOR)
+    if floor is None:
+        raise ValueError(f"the spec has no geom named {FLOOR!r} to remove")
+    spec.delete(floor)
+    if spec.hfield(FLOOR) is not None:
+        spec.delete(spec.hfield(FLOOR))
 
 
 def _ground_contact_geoms(model: mujoco.MjModel, prefixes: tuple[str, ...], wheeled: bool) -> list[int]:
@@ -380,8 +391,11 @@ def _ids(model: mujoco.MjModel, kind: mujoco.mjtObj, names: list[str]) -> np.nda
     return np.array(ids, dtype=np.int64)
 
 
-def model_info(model: mujoco.MjModel, robot: Robot | None = None) -> ModelInfo:
-    """Resolve the contract's joints, actuators, bodies and contact geoms in ``model`` by name."""
+def model_info(model: mujoco.MjModel, robot: Robot | None = None, floor_geom: str = FLOOR) -> ModelInfo:
+    """Resolve the contract's joints, actuators, bodies and contact geoms in ``model`` by name.
+
+    ``floor_geom``: the name of the ground geom, if terrain replaced ``floor`` under another name.
+    """
     robot = robot if robot is not None else load_robot()
     wheeled = all(mujoco.mj_name2id(model, mujoco.mjtObj.mjOBJ_JOINT, n) >= 0 for n in robot.wheel_joint_names)
     names = list(robot.joint_names if wheeled else robot.leg_joint_names)
@@ -407,7 +421,7 @@ def model_info(model: mujoco.MjModel, robot: Robot | None = None) -> ModelInfo:
         base_body_id=base_id,
         base_qpos_adr=int(model.jnt_qposadr[free]),
         base_qvel_adr=int(model.jnt_dofadr[free]),
-        floor_geom_id=int(_ids(model, mujoco.mjtObj.mjOBJ_GEOM, [FLOOR])[0]),
+        floor_geom_id=int(_ids(model, mujoco.mjtObj.mjOBJ_GEOM, [floor_geom])[0]),
         leg_names=prefixes,
         hip_body_ids=_ids(model, body, [f"{p}_HIP" for p in prefixes]),
         thigh_body_ids=_ids(model, body, [f"{p}_THIGH" for p in prefixes]),
