@@ -36,7 +36,6 @@ from training.sim.anymal_c import Cylinder, Inertial, Leg
 FLOOR = "floor"
 BASE_BODY = "base"
 DEFAULT_KEY = "default"
-LEG_ROLES = ("HAA", "HFE", "KFE")
 WHEEL_ROLE = "WHEEL"
 
 # The floor's contact parameters govern every ground contact: with a higher geom priority MuJoCo takes
@@ -46,7 +45,7 @@ FLOOR_FRICTION = (1.0, 0.005, 0.0001)
 ROBOT_FRICTION = (1.0, 0.005, 0.0001)
 # Near-rigid ground (impedance 0.99 -> 0.999 within 1 mm). MuJoCo's soft friction lets a loaded contact
 # creep at a speed proportional to (1 - impedance): with the default 0.9 -> 0.95 the feet of the plain
-# robot standing at kp 80 slid outward ~4 cm/s at a friction use of only 0.43, and the robot sank 5 cm in
+# robot standing at kp 80 slid apart ~1 cm/s at a friction use of only 0.43 and the robot sank 5 cm in
 # 4 s. With these values it holds within 1 cm and penetration stays at a few mm.
 FLOOR_SOLIMP = (0.99, 0.999, 0.001, 0.5, 2.0)
 # Contact time constant in physics steps: 2 is the stiffest MuJoCo integrates stably.
