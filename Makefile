@@ -15,7 +15,7 @@ $(STAMP): pyproject.toml ros2_ws/src/aow_policy/setup.py
 install: $(STAMP)
 
 demo: install
-	DEMO_MINUTES=$(DEMO_MINUTES) $(BIN)/python -m training.demo
+	$(BIN)/python -m training.sim.demo_stand_roll
 
 lint: install
 	$(BIN)/ruff check .
