@@ -41,8 +41,10 @@ def rollout_observations(
         from training.envs import make_env
     except ImportError as e:
         return None, f"no rollout: the environment package is not available ({e})"
+    overrides = source.config.get("env_overrides") or {}
     try:
-        env = make_env(source.task, num_envs, seed=seed)
+        # Always the C MuJoCo backend: the export runs on a CPU whatever the run trained on.
+        env = make_env(source.task, num_envs, backend="mujoco", device="cpu", seed=seed, **overrides)
     except Exception as e:  # any failure to build the env only means "no rollout check"
         return None, f"no rollout: could not build environment {source.task!r} ({type(e).__name__}: {e})"
     try:

@@ -321,11 +321,14 @@ class _FakeEnv:
 
 
 def test_rollout_observations_verified_when_env_builds(tmp_path, robot, monkeypatch):
-    ckpt = save_checkpoint(tmp_path / "model_1.pt", _payload(robot, task="aow_rough"))
+    payload = _payload(robot, task="aow_rough")
+    payload["config"]["env_overrides"] = {"terrain": "flat"}  # the run's task overrides reach make_env
+    ckpt = save_checkpoint(tmp_path / "model_1.pt", payload)
     envs = []
 
     def make_env(task, num_envs, **kwargs):
         assert task == "aow_rough"
+        assert kwargs == {"backend": "mujoco", "device": "cpu", "seed": 0, "terrain": "flat"}
         envs.append(_FakeEnv(paper_observation_layout(robot), num_envs))
         return envs[-1]
 
