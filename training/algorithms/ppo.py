@@ -1,0 +1,17 @@
+"""PPO, the unconstrained baseline: maximizes L_R^CLIP and ignores the costs.
+
+The paper's PPO baseline with "constraint rewards" (Table I: the costs' physical limits as
+negative reward terms) is the same algorithm on a task whose reward includes them; that switch
+belongs to the task (``env_overrides``), not here. PPO trains no cost critics.
+"""
+
+from __future__ import annotations
+
+from typing import ClassVar
+
+from training.algorithms.base import ConstrainedPPO
+
+
+class PPO(ConstrainedPPO):
+    name: ClassVar[str] = "ppo"
+    uses_cost_critics: ClassVar[bool] = False

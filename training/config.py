@@ -1,0 +1,385 @@
+"""Typed run configuration: one dataclass tree, validated before any simulation starts.
+
+A run is fully described by :class:`TrainConfig`. It is saved as ``config.yaml`` beside the
+checkpoints and as plain data inside every checkpoint, so a run can be resumed or reproduced
+from its directory alone. Bad values are refused with :class:`ConfigError` naming the field
+(``ppo.clip_param: must be in (0, 1), got 1.5``).
+
+Algorithm parameters live in ``algo_params``, whose type depends on ``algo``; the defaults are
+the paper's best settings (Table III). See ``training/algorithms`` for what each one means.
+"""
+
+from __future__ import annotations
+
+import dataclasses
+import math
+import os
+import tempfile
+import types
+import typing
+from dataclasses import dataclass, field
+from pathlib import Path
+from typing import Any, Union
+
+import yaml
+
+from training.networks import NetworkConfig
+
+
+class ConfigError(ValueError):
+    """A config value is invalid; the message names the field."""
+
+
+def _check(ok: bool, name: str, message: str) -> None:
+    if not ok:
+        raise ConfigError(f"{name}: {message}")
+
+
+def _finite(v: Any) -> bool:
+    return isinstance(v, (int, float)) and not isinstance(v, bool) and math.isfinite(v)
+
+
+def _positive(v: Any) -> bool:
+    return _finite(v) and v > 0
+
+
+def _nonneg(v: Any) -> bool:
+    return _finite(v) and v >= 0
+
+
+def _positive_int(v: Any) -> bool:
+    return isinstance(v, int) and not isinstance(v, bool) and v > 0
+
+
+@dataclass
+class PPOConfig:
+    """The PPO machinery shared by every algorithm (defaults as rsl_rl's legged-robot setup)."""
+
+    gamma: float = 0.99
+    lam: float = 0.95  # GAE lambda
+    clip_param: float = 0.2
+    num_epochs: int = 5
+    num_minibatches: int = 4
+    learning_rate: float = 1.0e-3
+    schedule: str = "adaptive"  # "adaptive": learning rate follows the KL (rsl_rl); "fixed"
+    desired_kl: float = 0.01
+    min_learning_rate: float = 1.0e-5
+    max_learning_rate: float = 1.0e-2
+    max_grad_norm: float = 1.0
+    value_loss_coef: float = 1.0
+    cost_value_loss_coef: float = 1.0
+    use_clipped_value_loss: bool = True
+    # Decaying entropy coefficient (appendix C): coef_i = final + (initial - final) * decay**i.
+    entropy_coef: float = 0.01
+    entropy_coef_final: float = 0.001
+    entropy_decay: float = 0.998
+
+    def validate(self, prefix: str = "ppo") -> None:
+        _check(_finite(self.gamma) and 0 < self.gamma < 1, f"{prefix}.gamma", f"must be in (0, 1), got {self.gamma!r}")
+        _check(_finite(self.lam) and 0 <= self.lam <= 1, f"{prefix}.lam", f"must be in [0, 1], got {self.lam!r}")
+        _check(
+            _finite(self.clip_param) and 0 < self.clip_param < 1,
+            f"{prefix}.clip_param",
+            f"must be in (0, 1), got {self.clip_param!r}",
+        )
+        for name in ("num_epochs", "num_minibatches"):
+            v = getattr(self, name)
+            _check(_positive_int(v), f"{prefix}.{name}", f"must be a positive integer, got {v!r}")
+        for name in ("learning_rate", "desired_kl", "min_learning_rate", "max_learning_rate", "max_grad_norm"):
+            v = getattr(self, name)
+            _check(_positive(v), f"{prefix}.{name}", f"must be a positive number, got {v!r}")
+        _check(
+            self.min_learning_rate <= self.max_learning_rate,
+            f"{prefix}.min_learning_rate",
+            f"must not exceed max_learning_rate ({self.min_learning_rate} > {self.max_learning_rate})",
+        )
+        _check(
+            self.schedule in ("adaptive", "fixed"),
+            f"{prefix}.schedule",
+            f"must be 'adaptive' or 'fixed', got {self.schedule!r}",
+        )
+        for name in ("value_loss_coef", "cost_value_loss_coef", "entropy_coef", "entropy_coef_final"):
+            v = getattr(self, name)
+            _check(_nonneg(v), f"{prefix}.{name}", f"must be a non-negative number, got {v!r}")
+        _check(
+            _finite(self.entropy_decay) and 0 < self.entropy_decay <= 1,
+            f"{prefix}.entropy_decay",
+            f"must be in (0, 1], got {self.entropy_decay!r}",
+        )
+        _check(
+            isinstance(self.use_clipped_value_loss, bool),
+            f"{prefix}.use_clipped_value_loss",
+            f"must be true or false, got {self.use_clipped_value_loss!r}",
+        )
+
+
+# --- algorithm parameters (defaults: Table III, best runs) ---------------------------------
+
+
+@dataclass
+class PPOParams:
+    """Plain PPO: no constraint handling. For the paper's baseline with "constraint rewards"
+    (Table I) set the task's switch through ``env_overrides``; the algorithm stays PPO."""
+
+    def validate(self, prefix: str) -> None:
+        pass
+
+
+@dataclass
+class KappaParams:
+    """Penalty weight schedule kappa_i = min(kappa_max, kappa_init * kappa_growth**i)."""
+
+    kappa_max: float = 1.0
+    kappa_init: float | None = None  # None: kappa_max / 2 (the appendix's 0.1 -> 0.2 ratio)
+    kappa_growth: float = 1.0004
+    cost_limit: float = 0.0
+
+    def validate(self, prefix: str) -> None:
+        _check(_positive(self.kappa_max), f"{prefix}.kappa_max", f"must be positive, got {self.kappa_max!r}")
+        if self.kappa_init is not None:
+            _check(_positive(self.kappa_init), f"{prefix}.kappa_init", f"must be positive, got {self.kappa_init!r}")
+        _check(
+            _finite(self.kappa_growth) and self.kappa_growth >= 1,
+            f"{prefix}.kappa_growth",
+            f"must be >= 1, got {self.kappa_growth!r}",
+        )
+        _check(_nonneg(self.cost_limit), f"{prefix}.cost_limit", f"must be >= 0, got {self.cost_limit!r}")
+
+
+@dataclass
+class P3OParams(KappaParams):
+    kappa_max: float = 120.0
+
+
+@dataclass
+class NP3OParams(KappaParams):
+    kappa_max: float = 1.0
+
+
+@dataclass
+class PPOLagParams:
+    lambda_init: float = -1.3  # before Softplus: lambda = softplus(-1.3) = 0.241
+    lambda_lr: float = 0.001  # Adam learning rate alpha_lambda
+    cost_limit: float = 0.0
+
+    def validate(self, prefix: str) -> None:
+        _check(_finite(self.lambda_init), f"{prefix}.lambda_init", f"must be a finite number, got {self.lambda_init!r}")
+        _check(_nonneg(self.lambda_lr), f"{prefix}.lambda_lr", f"must be >= 0, got {self.lambda_lr!r}")
+        _check(_nonneg(self.cost_limit), f"{prefix}.cost_limit", f"must be >= 0, got {self.cost_limit!r}")
+
+
+@dataclass
+class NIPOParams:
+    cost_limit: float = 0.1
+    barrier_k: float = 20.0
+    recovery_coef: float = 1.0  # lambda_rec
+
+    def validate(self, prefix: str) -> None:
+        _check(_nonneg(self.cost_limit), f"{prefix}.cost_limit", f"must be >= 0, got {self.cost_limit!r}")
+        _check(_positive(self.barrier_k), f"{prefix}.barrier_k", f"must be positive, got {self.barrier_k!r}")
+        _check(_nonneg(self.recovery_coef), f"{prefix}.recovery_coef", f"must be >= 0, got {self.recovery_coef!r}")
+
+
+@dataclass
+class CRPOParams:
+    cost_limit: float = 0.01
+
+    def validate(self, prefix: str) -> None:
+        _check(_nonneg(self.cost_limit), f"{prefix}.cost_limit", f"must be >= 0, got {self.cost_limit!r}")
+
+
+@dataclass
+class FOCOPSParams:
+    nu_init: float = 0.1  # cost weight nu
+    nu_lr: float = 0.0  # alpha_nu (0: nu stays fixed, the best run of Table III)
+    nu_max: float = 2.0
+    temperature: float = 0.5  # lambda of FOCOPS
+    kl_bound: float = 0.02  # delta: samples whose KL exceeds it are dropped from the loss
+    cost_limit: float = 0.0
+
+    def validate(self, prefix: str) -> None:
+        _check(_nonneg(self.nu_init), f"{prefix}.nu_init", f"must be >= 0, got {self.nu_init!r}")
+        _check(_nonneg(self.nu_lr), f"{prefix}.nu_lr", f"must be >= 0, got {self.nu_lr!r}")
+        _check(_nonneg(self.nu_max), f"{prefix}.nu_max", f"must be >= 0, got {self.nu_max!r}")
+        _check(self.nu_init <= self.nu_max, f"{prefix}.nu_init", f"must not exceed nu_max ({self.nu_max})")
+        _check(_positive(self.temperature), f"{prefix}.temperature", f"must be positive, got {self.temperature!r}")
+        _check(_positive(self.kl_bound), f"{prefix}.kl_bound", f"must be positive, got {self.kl_bound!r}")
+        _check(_nonneg(self.cost_limit), f"{prefix}.cost_limit", f"must be >= 0, got {self.cost_limit!r}")
+
+
+ALGO_PARAMS: dict[str, type] = {
+    "ppo": PPOParams,
+    "p3o": P3OParams,
+    "np3o": NP3OParams,
+    "ppo_lag": PPOLagParams,
+    "nipo": NIPOParams,
+    "crpo": CRPOParams,
+    "focops": FOCOPSParams,
+}
+AlgoParams = Union[PPOParams, P3OParams, NP3OParams, PPOLagParams, NIPOParams, CRPOParams, FOCOPSParams]  # noqa: UP007
+
+
+@dataclass
+class TrainConfig:
+    task: str = "aow_flat"
+    algo: str = "np3o"
+    num_envs: int = 4096  # over all ranks
+    num_steps_per_env: int = 24
+    iterations: int = 1500  # total learning iterations of the run
+    seed: int = 0
+    device: str = "cpu"
+    backend: str = "mujoco"
+    save_interval: int = 50
+    # Per cost group limit overriding the algorithm's cost_limit: {"limits": 0.0}.
+    cost_limits: dict[str, float] = field(default_factory=dict)
+    env_overrides: dict[str, Any] = field(default_factory=dict)
+    network: NetworkConfig = field(default_factory=NetworkConfig)
+    ppo: PPOConfig = field(default_factory=PPOConfig)
+    algo_params: AlgoParams | None = None  # None: the defaults of `algo`
+
+    def __post_init__(self) -> None:
+        if self.algo_params is None and self.algo in ALGO_PARAMS:
+            self.algo_params = ALGO_PARAMS[self.algo]()
+
+    def validate(self) -> None:
+        """Refuse bad values before any environment is built; the error names the field."""
+        _check(isinstance(self.task, str) and bool(self.task), "task", f"must be a task name, got {self.task!r}")
+        _check(self.algo in ALGO_PARAMS, "algo", f"unknown algorithm {self.algo!r} (known: {sorted(ALGO_PARAMS)})")
+        for name in ("num_envs", "num_steps_per_env", "iterations", "save_interval"):
+            v = getattr(self, name)
+            _check(_positive_int(v), name, f"must be a positive integer, got {v!r}")
+        _check(
+            isinstance(self.seed, int) and not isinstance(self.seed, bool), "seed", f"must be an int, got {self.seed!r}"
+        )
+        _check(
+            self.device == "cpu" or self.device.startswith("cuda"),
+            "device",
+            f"must be 'cpu' or 'cuda[:N]', got {self.device!r}",
+        )
+        _check(isinstance(self.cost_limits, dict), "cost_limits", "must be a mapping {group: limit}")
+        for group, limit in self.cost_limits.items():
+            _check(_nonneg(limit), f"cost_limits.{group}", f"must be >= 0, got {limit!r}")
+        _check(isinstance(self.env_overrides, dict), "env_overrides", "must be a mapping")
+        batch = self.num_envs * self.num_steps_per_env
+        _check(
+            batch >= self.ppo.num_minibatches,
+            "ppo.num_minibatches",
+            f"{self.ppo.num_minibatches} minibatches but a rollout holds only {batch} samples",
+        )
+        try:
+            self.network.validate()
+        except ValueError as e:
+            raise ConfigError(str(e)) from None
+        self.ppo.validate("ppo")
+        expected = ALGO_PARAMS[self.algo]
+        _check(
+            type(self.algo_params) is expected,
+            "algo_params",
+            f"algo {self.algo!r} takes {expected.__name__}, got {type(self.algo_params).__name__}",
+        )
+        self.algo_params.validate("algo_params")
+
+    def to_dict(self) -> dict[str, Any]:
+        """Plain data (lists, dicts, numbers, strings): YAML- and checkpoint-safe."""
+        return _plain(dataclasses.asdict(self))
+
+    @classmethod
+    def from_dict(cls, data: dict[str, Any]) -> TrainConfig:
+        if not isinstance(data, dict):
+            raise ConfigError(f"config: expected a mapping, got {type(data).__name__}")
+        data = dict(data)
+        algo = data.get("algo", cls.algo)
+        params = data.pop("algo_params", None)
+        cfg = _build(cls, data, "")
+        if algo not in ALGO_PARAMS:
+            raise ConfigError(f"algo: unknown algorithm {algo!r} (known: {sorted(ALGO_PARAMS)})")
+        cfg.algo_params = _build(ALGO_PARAMS[algo], params or {}, "algo_params.")
+        return cfg
+
+
+def _plain(x: Any) -> Any:
+    if isinstance(x, dict):
+        return {str(k): _plain(v) for k, v in x.items()}
+    if isinstance(x, (list, tuple)):
+        return [_plain(v) for v in x]
+    return x
+
+
+def _build(cls: type, data: dict[str, Any], prefix: str) -> Any:
+    if not isinstance(data, dict):
+        raise ConfigError(f"{prefix.rstrip('.') or 'config'}: expected a mapping, got {data!r}")
+    hints = typing.get_type_hints(cls)
+    names = {f.name for f in dataclasses.fields(cls)}
+    unknown = sorted(set(data) - names)
+    if unknown:
+        raise ConfigError(f"{prefix}{unknown[0]}: unknown field (known: {sorted(names)})")
+    kwargs = {}
+    for key, value in data.items():
+        kwargs[key] = _coerce(hints[key], value, f"{prefix}{key}")
+    return cls(**kwargs)
+
+
+def _coerce(hint: Any, value: Any, name: str) -> Any:
+    origin = typing.get_origin(hint)
+    if dataclasses.is_dataclass(hint):
+        return _build(hint, value, name + ".")
+    if origin is tuple:
+        if not isinstance(value, (list, tuple)):
+            raise ConfigError(f"{name}: expected a list, got {value!r}")
+        return tuple(value)
+    if origin in (Union, types.UnionType):
+        args = [a for a in typing.get_args(hint) if a is not type(None)]
+        if value is None:
+            return None
+        if len(args) == 1:
+            return _coerce(args[0], value, name)
+        return value
+    if hint is float and isinstance(value, int) and not isinstance(value, bool):
+        return float(value)
+    return value
+
+
+def load_config_yaml(path: str | os.PathLike[str]) -> TrainConfig:
+    path = Path(path)
+    try:
+        data = yaml.safe_load(path.read_text())
+    except (OSError, yaml.YAMLError) as e:
+        raise ConfigError(f"{path}: cannot read config ({e})") from None
+    return TrainConfig.from_dict(data or {})
+
+
+def save_config_yaml(cfg: TrainConfig, path: str | os.PathLike[str]) -> Path:
+    """Write atomically (temp file, then rename)."""
+    path = Path(path)
+    path.parent.mkdir(parents=True, exist_ok=True)
+    text = yaml.safe_dump(cfg.to_dict(), sort_keys=False)
+    fd, tmp = tempfile.mkstemp(prefix=f".{path.name}.", suffix=".tmp", dir=path.parent)
+    try:
+        with os.fdopen(fd, "w") as f:
+            f.write(text)
+        os.replace(tmp, path)
+    except BaseException:
+        Path(tmp).unlink(missing_ok=True)
+        raise
+    return path
+
+
+def apply_override(cfg_dict: dict[str, Any], assignment: str) -> None:
+    """Apply ``a.b.c=value`` (value parsed as YAML) to a config dict in place."""
+    if "=" not in assignment:
+        raise ConfigError(f"override {assignment!r}: expected KEY=VALUE, e.g. ppo.learning_rate=3e-4")
+    key, raw = assignment.split("=", 1)
+    try:
+        value = yaml.safe_load(raw)
+    except yaml.YAMLError as e:
+        raise ConfigError(f"override {key}: cannot parse value {raw!r} ({e})") from None
+    parts = key.strip().split(".")
+    node = cfg_dict
+    for p in parts[:-1]:
+        nxt = node.get(p)
+        if nxt is None:
+            nxt = node[p] = {}
+        if not isinstance(nxt, dict):
+            raise ConfigError(f"override {key}: {p} is not a section")
+        node = nxt
+    node[parts[-1]] = value
