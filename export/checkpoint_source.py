@@ -149,6 +149,9 @@ def load_policy_source(path: str | os.PathLike[str]) -> PolicySource:
     unknown = sorted(set(data) - set(REQUIRED_KEYS))
     if unknown:
         raise ExportError(f"{path}: unknown checkpoint key(s) {unknown} (this toolkit writes {list(REQUIRED_KEYS)})")
+    iteration = data["iteration"]
+    if isinstance(iteration, bool) or not isinstance(iteration, int) or iteration < 0:
+        raise ExportError(f"{path}: iteration is {iteration!r}, expected a non-negative integer")
     config = data["config"]
     if not isinstance(config, dict):
         raise ExportError(f"{path}: config is {type(config).__name__}, expected a mapping")
@@ -177,6 +180,6 @@ def load_policy_source(path: str | os.PathLike[str]) -> PolicySource:
         action_layout=action_layout,
         config=config,
         network=network,
-        iteration=int(data["iteration"]),
+        iteration=iteration,
         robot_contract_hash=str(data["robot_contract_hash"]),
     )

@@ -87,7 +87,10 @@ def _check_signature(session: ort.InferenceSession, contract: PolicyContract, so
 
 
 class PolicyRunner:
-    """``runner(obs)`` -> actions (num_actions,) float32 in contract joint order."""
+    """``runner(obs)`` -> actions (num_actions,) float32 in contract joint order.
+
+    One caller at a time: the input and output buffers are shared between calls.
+    """
 
     def __init__(self, session: ort.InferenceSession, contract: PolicyContract, source: str = "<session>"):
         _check_signature(session, contract, source)
@@ -130,7 +133,7 @@ class PolicyRunner:
     @property
     def contract(self) -> dict[str, Any]:
         """The policy contract as stored (schema in :mod:`aow_policy.policy_contract`)."""
-        return dict(self.policy_contract.raw)
+        return json.loads(json.dumps(self.policy_contract.raw))  # a deep copy: callers cannot alter it
 
     @property
     def obs_dim(self) -> int:
