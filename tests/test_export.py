@@ -17,7 +17,7 @@ import yaml
 
 from aow_policy.layout import ObservationLayout
 from aow_policy.policy import PolicyRunner
-from aow_policy.policy_contract import METADATA_KEY
+from aow_policy.policy_contract import METADATA_KEY, PolicyContractError
 from aow_policy.robot import load_robot, robot_from_dict
 from export import ExportError, export_policy
 from export.checkpoint_source import load_policy_source
@@ -368,3 +368,17 @@ def test_python_dash_m_export_help():
     assert proc.returncode == 0, proc.stderr
     assert proc.stdout.startswith("usage: aow-export")
     assert "checkpoint file (model_<iteration>.pt) or run directory" in " ".join(proc.stdout.split())
+
+
+def test_flat_policy_without_height_scan(tmp_path, robot):
+    layout = paper_observation_layout(robot, height_scan=False)
+    ckpt = save_checkpoint(tmp_path / "model_1.pt", _payload(robot, layout=layout, task="aow_flat"))
+    result = export_policy(ckpt, tmp_path / "policy.onnx", robot, **QUIET)
+    assert result.contract["height_scan"] is None and result.contract["observation"]["dim"] == 56
+    raw = robot.to_dict()
+    raw["height_scan"]["spacing"] = 0.2
+    other_grid = robot_from_dict(raw, source="grid.yaml")
+    with pytest.raises(PolicyContractError, match="contract hash") as e:  # only the hash differs: grid unused
+        PolicyRunner.load(result.onnx_path, other_grid)
+    assert "height-scan" not in str(e.value)
+    assert PolicyRunner.load(result.onnx_path, robot)(np.zeros(56, np.float32)).shape == (16,)
