@@ -19,6 +19,8 @@ from training.checkpoint import REQUIRED_KEYS, CheckpointError, latest_checkpoin
 from training.networks import Actor, ActorCritic, NetworkConfig
 
 ACTION_LAYOUT_KEYS = ("joint_names", "kinds", "scales", "offsets", "low", "high")
+# Keys the training runner may add beyond training.checkpoint.REQUIRED_KEYS; anything else is refused.
+OPTIONAL_KEYS = ("cost_names", "env_config", "runner_state")
 
 
 class ExportError(ValueError):
@@ -37,6 +39,7 @@ class PolicySource:
     network: NetworkConfig
     iteration: int
     robot_contract_hash: str
+    env_config: dict[str, Any] | None = None  # the task config the run trained on, when recorded
 
     @property
     def obs_dim(self) -> int:
@@ -139,6 +142,18 @@ def _check_state_dict(model: ActorCritic, state: Any, path: Path, layout: Observ
         raise ExportError(f"{path}: non-finite (NaN or inf) values in weight(s) {bad}")
 
 
+def _num_cost_critics(data: dict[str, Any], path: Path) -> int:
+    """One cost critic per cost group, or none for algorithms without them (plain PPO)."""
+    state = data["model"] if isinstance(data["model"], dict) else {}
+    indices = {k.split(".")[1] for k in state if isinstance(k, str) and k.startswith("cost_critics.")}
+    groups = len(data["cost_groups"])
+    if len(indices) not in (0, groups):
+        raise ExportError(
+            f"{path}: the model holds {len(indices)} cost critic(s) but the checkpoint lists {groups} cost group(s)"
+        )
+    return len(indices)
+
+
 def load_policy_source(path: str | os.PathLike[str]) -> PolicySource:
     """Load a checkpoint file (``weights_only=True``) and rebuild its deterministic actor."""
     path = Path(path)
@@ -146,9 +161,12 @@ def load_policy_source(path: str | os.PathLike[str]) -> PolicySource:
         data = load_checkpoint(path)
     except CheckpointError as e:
         raise ExportError(str(e)) from None
-    unknown = sorted(set(data) - set(REQUIRED_KEYS))
+    unknown = sorted(set(data) - set(REQUIRED_KEYS) - set(OPTIONAL_KEYS))
     if unknown:
-        raise ExportError(f"{path}: unknown checkpoint key(s) {unknown} (this toolkit writes {list(REQUIRED_KEYS)})")
+        raise ExportError(
+            f"{path}: unknown checkpoint key(s) {unknown} (this toolkit writes {list(REQUIRED_KEYS)} and optionally "
+            f"{list(OPTIONAL_KEYS)})"
+        )
     iteration = data["iteration"]
     if isinstance(iteration, bool) or not isinstance(iteration, int) or iteration < 0:
         raise ExportError(f"{path}: iteration is {iteration!r}, expected a non-negative integer")
@@ -167,7 +185,7 @@ def load_policy_source(path: str | os.PathLike[str]) -> PolicySource:
     action_layout = _action_layout(data, path)
     if not isinstance(data["cost_groups"], dict):
         raise ExportError(f"{path}: cost_groups is {type(data['cost_groups']).__name__}, expected a mapping")
-    model = ActorCritic(policy_layout, critic_layout, data["num_actions"], len(data["cost_groups"]), network)
+    model = ActorCritic(policy_layout, critic_layout, data["num_actions"], _num_cost_critics(data, path), network)
     _check_state_dict(model, data["model"], path, policy_layout, data["num_actions"])
     model.load_state_dict(data["model"], strict=True)
     actor = model.actor.eval()
@@ -182,4 +200,5 @@ def load_policy_source(path: str | os.PathLike[str]) -> PolicySource:
         network=network,
         iteration=iteration,
         robot_contract_hash=str(data["robot_contract_hash"]),
+        env_config=data.get("env_config") if isinstance(data.get("env_config"), dict) else None,
     )

@@ -65,6 +65,14 @@ def action_entries(source: PolicySource) -> list[dict[str, Any]]:
     return entries
 
 
+def action_clip(source: PolicySource) -> float | None:
+    """The raw action clip applied before scaling: from the action layout or the task config."""
+    clip = source.action_layout.get("clip")
+    if clip is None and source.env_config is not None:
+        clip = (source.env_config.get("actions") or {}).get("clip")
+    return None if clip is None else float(clip)
+
+
 def build_contract(
     source: PolicySource,
     robot: Robot,
@@ -82,13 +90,13 @@ def build_contract(
                 f"{source.path}: observation term height_scan has {layout.term('height_scan').size} values but the "
                 f"robot's grid has {height_scan['num_points']}"
             )
-    clip = source.action_layout.get("clip")
+    clip = action_clip(source)
     return {
         "schema_version": SCHEMA_VERSION,
         "robot": {"name": robot.name, "contract_hash": source.robot_contract_hash},
         "control": {"policy_dt": robot.rates.policy_dt, "physics_dt": robot.rates.physics_dt},
         "actions": action_entries(source),
-        "action_clip": None if clip is None else float(clip),
+        "action_clip": clip,
         "observation": {"dim": layout.dim, "terms": layout.to_list()},
         "height_scan": height_scan,
         "constraint_limits": robot_constraint_limits(robot),

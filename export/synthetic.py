@@ -65,14 +65,19 @@ def synthetic_payload(
     seed: int = 0,
     iteration: int = 0,
     task: str = "aow_rough",
+    cost_critics: bool = True,
 ) -> dict[str, Any]:
-    """A full checkpoint payload with random weights and a non-trivial normalizer."""
+    """A full checkpoint payload with random weights and a non-trivial normalizer.
+
+    ``cost_critics=False`` gives a model without cost critics, as plain PPO trains it.
+    """
     layout = layout if layout is not None else paper_observation_layout(robot)
     network = network if network is not None else NetworkConfig()
     action_layout = robot_action_layout(robot)
     cost_groups = {"smoothness": ["c1", "c2"], "limits": ["joint_speed", "joint_torque"]}
     torch.manual_seed(seed)
-    model = ActorCritic(layout, layout, len(action_layout["joint_names"]), len(cost_groups), network)
+    num_critics = len(cost_groups) if cost_critics else 0
+    model = ActorCritic(layout, layout, len(action_layout["joint_names"]), num_critics, network)
     with torch.no_grad():
         for module in (model.actor.normalizer, model.critic.normalizer):
             if isinstance(module, ObsNormalizer):

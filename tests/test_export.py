@@ -382,3 +382,23 @@ def test_flat_policy_without_height_scan(tmp_path, robot):
         PolicyRunner.load(result.onnx_path, other_grid)
     assert "height-scan" not in str(e.value)
     assert PolicyRunner.load(result.onnx_path, robot)(np.zeros(56, np.float32)).shape == (16,)
+
+
+def test_runner_extras_ppo_without_cost_critics_and_action_clip(tmp_path, robot):
+    payload = _payload(robot, cost_critics=False)  # plain PPO trains no cost critics
+    assert not any(k.startswith("cost_critics.") for k in payload["model"])
+    # keys the training runner adds beyond the required ones; the task config carries the action clip
+    payload |= {"cost_names": ["c1"], "env_config": {"actions": {"clip": 100.0}}, "runner_state": {"ranks": []}}
+    ckpt = save_checkpoint(tmp_path / "model_1.pt", payload)
+    result = export_policy(ckpt, tmp_path / "policy.onnx", robot, **QUIET)
+    assert result.contract["action_clip"] == 100.0
+    assert result.verification.ok
+
+
+def test_cost_critic_count_must_match_cost_groups(tmp_path, robot):
+    payload = _payload(robot)
+    payload["cost_groups"] = {"only": ["c1"]}
+    ckpt = _raw_save(tmp_path / "model_1.pt", payload)
+    with pytest.raises(ExportError, match=r"holds 2 cost critic\(s\) but the checkpoint lists 1 cost group\(s\)"):
+        export_policy(ckpt, tmp_path / "policy.onnx", robot, **QUIET)
+    assert _files(tmp_path) == ["model_1.pt"]
