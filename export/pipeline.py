@@ -1,7 +1,7 @@
 """Checkpoint -> verified ONNX policy + policy.yaml, written atomically.
 
-Order of work: load and check the checkpoint; trace the actor; verify the graph against PyTorch
-on random and rollout observations; build the contract and check it against the robot; write
+Order of work: load and check the checkpoint; check its contract against the robot; trace the
+actor; verify the graph against PyTorch on random and rollout observations; write
 both files under temporary names; load them back through the deployment runtime
 (:class:`aow_policy.policy.PolicyRunner`, which also checks the sidecar) and verify again, single
 observations included; only then rename them into place. Any failure removes the temporary
@@ -91,6 +91,10 @@ def export_policy(
         f"checkpoint {checkpoint} (iteration {source.iteration}): {source.obs_dim} observations -> "
         f"{source.num_actions} actions, observation normalization {'on' if source.network.normalize_obs else 'off'}"
     )
+    # Refuse a policy that cannot run on this robot before any tracing (numbers filled in later).
+    diffs = contract_differences(parse_contract(build_contract(source, robot, opset, 0.0, {}, EXPORTER)), robot)
+    if diffs:
+        raise ExportError(f"{checkpoint} does not fit robot contract {robot.source}:\n  - " + "\n  - ".join(diffs))
     model = actor_to_onnx(source.actor, source.obs_dim, opset)
 
     observation_sets = {"random": random_observations(source, num_random, seed)}
@@ -104,10 +108,7 @@ def export_policy(
     verification.notes.append(note)
     _raise_if_failed(verification, "graph")
 
-    contract = build_contract(source, robot, opset, verification.worst, dict(verification.counts), exporter=EXPORTER)
-    diffs = contract_differences(parse_contract(contract), robot)
-    if diffs:
-        raise ExportError(f"{checkpoint} does not fit robot contract {robot.source}:\n  - " + "\n  - ".join(diffs))
+    contract = build_contract(source, robot, opset, verification.worst, dict(verification.counts), EXPORTER)
     model_bytes = attach_contract(model, contract).SerializeToString()
 
     output.parent.mkdir(parents=True, exist_ok=True)
