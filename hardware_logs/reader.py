@@ -1,0 +1,404 @@
+"""Reading rosbag2 recordings with rosbags, in large raw batches.
+
+Supports a bag directory (metadata.yaml plus sqlite3 or mcap files), a lone ``.mcap`` or ``.db3``
+file, Humble and Jazzy bags, and bags without embedded message definitions (the typestore then
+comes from the bag's ``ros_distro``, or Humble).
+
+Raw message bytes are read in batches of many messages, because the decoder works on batches:
+
+* sqlite3: one query over rosbags' read-only connection to the storage file;
+* mcap: rosbags' chunk index gives each chunk's message index for the topic, so a chunk is
+  decompressed (with rosbags' checksum-checking ``decompress``) and its messages are sliced out
+  at the indexed offsets, without per-record parsing; a chunk that fails its checksum is skipped
+  and reported, the rest of the bag is still read;
+* anything else, or a layout these shortcuts do not expect, goes through rosbags' ordinary
+  ``Reader.messages`` generator (the same bytes, more slowly).
+
+A truncated mcap file (no footer or summary) is still read up to the damage with rosbags' own
+linear scan. Errors in the middle of a bag end the batches early with a warning: what was read
+so far is kept and the result is marked partial. Bags are opened read-only and never written.
+"""
+
+from __future__ import annotations
+
+import itertools
+import struct
+from collections.abc import Callable, Iterator
+from dataclasses import dataclass
+from pathlib import Path
+from typing import Any
+
+import numpy as np
+from rosbags.interfaces import Connection, MessageDefinitionFormat
+from rosbags.rosbag2 import Reader, ReaderError
+from rosbags.rosbag2.storage_mcap import McapReader, decompress, read_sized
+from rosbags.rosbag2.storage_sqlite3 import Sqlite3Reader
+from rosbags.typesys import Stores, get_types_from_idl, get_types_from_msg, get_typestore
+from rosbags.typesys.store import Typestore
+
+from hardware_logs.fastcdr import JOINT_STATE_TYPE
+
+DIAGNOSTICS_TYPE = "diagnostic_msgs/msg/DiagnosticArray"
+DISTRO_STORES = {"humble": Stores.ROS2_HUMBLE, "iron": Stores.ROS2_IRON, "jazzy": Stores.ROS2_JAZZY}
+DEFAULT_BATCH = 32_768
+_MCAP_MESSAGE_OP = 0x05
+_MCAP_INDEX_OP = 0x07
+
+
+class BagError(Exception):
+    """The bag cannot be analysed at all (missing, unreadable, or without the topic)."""
+
+
+@dataclass
+class RawBatch:
+    bag_time_ns: np.ndarray  # int64, receive time recorded by the bag
+    data: list[bytes]
+
+
+@dataclass
+class BagInfo:
+    path: Path
+    storage: str
+    ros_distro: str | None
+    topics: dict[str, tuple[str, int]]  # name -> (type, message count)
+    topic_messages: int
+    duration_ns: int = 0
+    recovered: bool = False  # opened by the truncated-mcap scan
+
+
+def _storage_id(path: Path) -> str:
+    if path.is_dir():
+        if any(path.glob("*.mcap")):
+            return "mcap"
+        return "sqlite3"
+    return {".mcap": "mcap", ".db3": "sqlite3"}.get(path.suffix, path.suffix or "unknown")
+
+
+def _describe(exc: BaseException) -> str:
+    text = " ".join(str(a) for a in exc.args) if exc.args else type(exc).__name__
+    return f"{type(exc).__name__}: {text}"
+
+
+def _storage_errors() -> tuple[type[BaseException], ...]:
+    """Errors a damaged bag raises while it is read (rosbags, sqlite via apsw, zstd/lz4, struct)."""
+    errors: list[type[BaseException]] = [ReaderError, struct.error, EOFError, OSError, ValueError, KeyError]
+    try:
+        import apsw
+
+        errors.append(apsw.Error)
+    except ImportError:  # pragma: no cover - rosbags depends on apsw
+        pass
+    return tuple(errors)
+
+
+STORAGE_ERRORS = _storage_errors()
+
+
+class BagSource:
+    """One bag opened for reading; use as a context manager."""
+
+    def __init__(
+        self,
+        path: str | Path,
+        topic: str,
+        diagnostics_topic: str | None = "/diagnostics",
+        distro: str | None = None,
+        batch_size: int = DEFAULT_BATCH,
+        bulk: bool = True,
+    ) -> None:
+        self.path = Path(path)
+        self.topic = topic
+        self.diagnostics_topic = diagnostics_topic
+        self.distro = distro
+        self.batch_size = batch_size
+        self.bulk = bulk
+        self.warnings: list[str] = []
+        self.partial = False
+        self.messages_read = 0
+        self._reader: Reader | None = None
+        self._recovery: McapReader | None = None
+        self._connections: list[Connection] = []
+        self.info: BagInfo
+
+    # ---- opening -----------------------------------------------------------------------------
+    def __enter__(self) -> BagSource:
+        if not self.path.exists():
+            raise BagError(f"{self.path}: no such bag (expected a bag directory, a .mcap or a .db3 file)")
+        reader = Reader(self.path) if self._readable_kind() else None
+        if reader is None:
+            raise BagError(f"{self.path}: not a rosbag2 recording (no metadata.yaml, not a .mcap or .db3 file)")
+        try:
+            reader.open()
+            self._reader = reader
+            connections = list(reader.connections)
+            distro = reader.storage.metadata.ros_distro if hasattr(reader.storage, "metadata") else None
+        except ReaderError as e:
+            connections, distro = self._open_recovery(e)
+        except STORAGE_ERRORS as e:
+            raise BagError(f"{self.path}: cannot open the bag ({_describe(e)})") from e
+        self._all_connections = connections
+        topics: dict[str, tuple[str, int]] = {}
+        for c in connections:
+            msgtype, count = topics.get(c.topic, (c.msgtype, 0))
+            topics[c.topic] = (msgtype, count + c.msgcount)
+        self._connections = [c for c in connections if c.topic == self.topic]
+        self.info = BagInfo(
+            path=self.path,
+            storage=_storage_id(self.path),
+            ros_distro=distro if distro not in (None, "", "rosbags") else None,
+            topics=topics,
+            topic_messages=sum(c.msgcount for c in self._connections),
+            duration_ns=self._reader.duration if self._reader is not None else 0,
+            recovered=self._recovery is not None,
+        )
+        if not self._connections:
+            present = ", ".join(f"{t} ({ty})" for t, (ty, _) in sorted(topics.items())) or "none"
+            self.close()
+            raise BagError(f"{self.path}: topic {self.topic!r} is not in the bag; topics present: {present}")
+        bad = sorted({c.msgtype for c in self._connections if c.msgtype != JOINT_STATE_TYPE})
+        if bad:
+            self.close()
+            raise BagError(f"{self.path}: topic {self.topic!r} carries {bad}, expected {JOINT_STATE_TYPE}")
+        return self
+
+    def _readable_kind(self) -> bool:
+        if self.path.is_dir():
+            return (self.path / "metadata.yaml").is_file()
+        return self.path.suffix in (".mcap", ".db3")
+
+    def _open_recovery(self, error: ReaderError) -> tuple[list[Connection], str | None]:
+        """Open a damaged mcap file with rosbags' linear scan, keeping what can be read."""
+        files = sorted(self.path.glob("*.mcap")) if self.path.is_dir() else [self.path]
+        if self.path.suffix != ".mcap" and not (self.path.is_dir() and files):
+            raise BagError(f"{self.path}: cannot open the bag ({_describe(error)})") from error
+        if len(files) != 1:
+            raise BagError(f"{self.path}: cannot open the bag ({_describe(error)})") from error
+        mcap = McapReader(files[0])
+        bio = files[0].open("rb")
+        mcap.bio = bio
+        try:
+            if bio.read(8) != b"\x89MCAP0\r\n" or bio.read(1) != b"\x01":
+                raise BagError(f"{self.path}: not an mcap file ({_describe(error)})")
+            read_sized(bio)
+            mcap.data_start = bio.tell()
+            mcap.data_end = files[0].stat().st_size
+            try:
+                mcap.meta_scan()
+            except STORAGE_ERRORS as scan_error:
+                self._warn(f"bag is truncated or corrupted ({_describe(error)}); read up to the damage: {scan_error}")
+            else:
+                self._warn(f"bag has no valid index ({_describe(error)}); read by a linear scan")
+        except BaseException:
+            bio.close()
+            raise
+        self._recovery = mcap
+        return list(mcap.connections), None
+
+    def close(self) -> None:
+        if self._reader is not None:
+            reader, self._reader = self._reader, None
+            reader.close()
+        if self._recovery is not None:
+            rec, self._recovery = self._recovery, None
+            if rec.bio is not None:
+                rec.bio.close()
+
+    def __exit__(self, *exc: object) -> None:
+        self.close()
+
+    def _warn(self, text: str, partial: bool = True) -> None:
+        self.warnings.append(text)
+        self.partial = self.partial or partial
+
+    # ---- types -------------------------------------------------------------------------------
+    def typestore(self) -> Typestore:
+        """Types from the bag's own definitions where it has them, else the distro's store."""
+        defs = {c.msgtype: c.msgdef for c in self._all_connections if c.msgdef.format != MessageDefinitionFormat.NONE}
+        distro = (self.distro or self.info.ros_distro or "humble").lower()
+        base = get_typestore(DISTRO_STORES.get(distro, Stores.ROS2_HUMBLE))
+        if not defs:
+            return base
+        store = get_typestore(Stores.EMPTY)
+        try:
+            for msgtype, msgdef in defs.items():
+                if msgdef.format == MessageDefinitionFormat.MSG:
+                    store.register(get_types_from_msg(msgdef.data, msgtype))
+                else:
+                    sep = "=" * 80 + "\n"
+                    texts = [d.split("\n", 1)[1] for d in msgdef.data.split(sep)[1:]] or [msgdef.data]
+                    for idl in texts:
+                        store.register(get_types_from_idl(idl))
+            store.types[JOINT_STATE_TYPE]
+        except Exception as e:  # an odd embedded definition: the distro's types still decode JointState
+            self._warn(f"embedded message definitions unusable ({_describe(e)}); using the {distro} types", False)
+            return base
+        return store
+
+    def deserializer(self, msgtype: str) -> Callable[[bytes], Any]:
+        store = self.typestore()
+        return lambda raw: store.deserialize_cdr(raw, msgtype)
+
+    # ---- diagnostics -------------------------------------------------------------------------
+    def diagnostics(self) -> Iterator[tuple[int, Any]]:
+        """(bag time, DiagnosticArray) in bag order; nothing if the bag has no such topic."""
+        if not self.diagnostics_topic:
+            return
+        conns = [
+            c for c in self._all_connections if c.topic == self.diagnostics_topic and c.msgtype == DIAGNOSTICS_TYPE
+        ]
+        if not conns:
+            return
+        deserialize = self.deserializer(DIAGNOSTICS_TYPE)
+        try:
+            for _, t, raw in self._generic(conns):
+                try:
+                    yield t, deserialize(raw)
+                except Exception as e:  # one bad diagnostics message is reported, not fatal
+                    self._warn(f"undecodable {self.diagnostics_topic} message at bag time {t}: {_describe(e)}")
+        except STORAGE_ERRORS as e:
+            self._warn(f"reading {self.diagnostics_topic} stopped early: {_describe(e)}")
+
+    # ---- joint states ------------------------------------------------------------------------
+    def batches(self) -> Iterator[RawBatch]:
+        """Raw JointState messages of the topic in bag-time order, in batches."""
+        try:
+            yield from self._batches()
+        except STORAGE_ERRORS as e:
+            self._warn(
+                f"bag is truncated or corrupted: reading stopped after {self.messages_read} of "
+                f"{self.info.topic_messages} {self.topic} messages ({_describe(e)})"
+            )
+
+    def _batches(self) -> Iterator[RawBatch]:
+        storages = self._storages()
+        if self.bulk and storages is not None:
+            for storage in storages:
+                if isinstance(storage, Sqlite3Reader) and getattr(storage, "dbconn", None) is not None:
+                    yield from self._sqlite_batches(storage)
+                elif isinstance(storage, McapReader) and self._mcap_indexed(storage):
+                    yield from self._mcap_batches(storage)
+                else:
+                    yield from self._generic_batches(storage)
+        else:
+            yield from self._generic_batches(None)
+
+    def _storages(self) -> list[Any] | None:
+        if self._reader is None:
+            return None
+        storage = self._reader.storage
+        if self._reader.compression_mode:  # message-compressed bags: let rosbags decompress
+            return None
+        return list(getattr(storage, "storages", [storage]))
+
+    def _emit(self, times: list[int] | np.ndarray, data: list[bytes]) -> RawBatch:
+        self.messages_read += len(data)
+        return RawBatch(np.asarray(times, dtype=np.int64), data)
+
+    def _generic(self, conns: list[Connection]) -> Iterator[tuple[Connection, int, bytes]]:
+        if self._reader is not None:
+            yield from self._reader.messages(connections=conns)
+        elif self._recovery is not None:
+            yield from self._recovery.messages_scan(conns)
+
+    def _generic_batches(self, storage: Any | None) -> Iterator[RawBatch]:
+        if storage is None:
+            source = self._generic(self._connections)
+        else:
+            ids = {(c.topic, c.msgtype) for c in self._connections}
+            conns = [c for c in storage.connections if (c.topic, c.msgtype) in ids]
+            source = storage.messages(conns) if conns else iter(())
+        while True:
+            rows = list(itertools.islice(source, self.batch_size))
+            if not rows:
+                return
+            _, times, data = zip(*rows, strict=True)
+            yield self._emit(list(times), list(data))
+
+    def _sqlite_batches(self, storage: Sqlite3Reader) -> Iterator[RawBatch]:
+        ids = sorted({c.id for c in storage.connections if c.topic == self.topic})
+        if not ids:
+            return
+        query = (
+            f"SELECT timestamp, data FROM messages WHERE topic_id IN ({','.join('?' * len(ids))}) ORDER BY timestamp"
+        )
+        cursor = storage.dbconn.execute(query, ids)
+        while True:
+            rows = list(itertools.islice(cursor, self.batch_size))
+            if not rows:
+                return
+            times, data = zip(*rows, strict=True)
+            yield self._emit(list(times), list(data))
+
+    def _mcap_indexed(self, storage: McapReader) -> bool:
+        """The chunk index covers the topic and its chunks do not overlap in time."""
+        ids = {c.id for c in storage.connections if c.topic == self.topic}
+        chunks = [c for c in storage.chunks if any(c.channel_count.get(i, 0) for i in ids)]
+        if not chunks:
+            return False
+        ordered = sorted(chunks, key=lambda c: c.message_start_time)
+        return all(a.message_end_time <= b.message_start_time for a, b in itertools.pairwise(ordered))
+
+    def _mcap_batches(self, storage: McapReader) -> Iterator[RawBatch]:
+        ids = {c.id for c in storage.connections if c.topic == self.topic}
+        chunks = sorted(
+            (c for c in storage.chunks if any(c.channel_count.get(i, 0) for i in ids)),
+            key=lambda c: c.message_start_time,
+        )
+        bio = storage.bio
+        assert bio is not None
+        times: list[np.ndarray] = []
+        data: list[bytes] = []
+        for chunk in chunks:
+            try:
+                chunk_times, chunk_data = self._read_chunk(bio, chunk, ids)
+            except STORAGE_ERRORS as e:
+                skipped = sum(chunk.channel_count.get(i, 0) for i in ids)
+                self._warn(
+                    f"corrupted mcap chunk at file offset {chunk.chunk_start_offset} skipped "
+                    f"({skipped} {self.topic} messages lost): {_describe(e)}"
+                )
+                continue
+            times.append(chunk_times)
+            data.extend(chunk_data)
+            if len(data) >= self.batch_size:
+                yield self._emit(np.concatenate(times), data)
+                times, data = [], []
+        if data:
+            yield self._emit(np.concatenate(times), data)
+
+    def _read_chunk(self, bio: Any, chunk: Any, ids: set[int]) -> tuple[np.ndarray, list[bytes]]:
+        offsets: list[np.ndarray] = []
+        for cid in ids:
+            index_at = chunk.message_index_offsets.get(cid)
+            if index_at is None:
+                continue
+            bio.seek(index_at)
+            head = bio.read(15)
+            if len(head) != 15 or head[0] != _MCAP_INDEX_OP:
+                raise ReaderError(f"bad message index record at offset {index_at}")
+            size = struct.unpack_from("<I", head, 11)[0]
+            entries = bio.read(size)
+            if len(entries) != size or size % 16:
+                raise ReaderError(f"truncated message index at offset {index_at}")
+            offsets.append(np.frombuffer(entries, "<u8").reshape(-1, 2))
+        index = np.concatenate(offsets) if len(offsets) > 1 else offsets[0]
+        index = index[np.argsort(index[:, 0], kind="stable")]  # log time order, as rosbags yields them
+
+        bio.seek(chunk.chunk_start_offset + 9 + 24)
+        crc = struct.unpack("<I", bio.read(4))[0]
+        bio.seek(chunk.chunk_start_offset + 9 + 40 + len(chunk.compression))
+        compressed = bio.read(chunk.compressed_size)
+        if len(compressed) != chunk.compressed_size:
+            raise ReaderError(f"chunk at offset {chunk.chunk_start_offset} is truncated")
+        raw = decompress(compressed, chunk.compression, chunk.uncompressed_size, crc)
+        buf = np.frombuffer(raw, np.uint8)
+        at = index[:, 1].astype(np.int64)
+        if at.size and (at.max() + 31 > buf.size or (buf[at] != _MCAP_MESSAGE_OP).any()):
+            raise ReaderError("message index does not point at message records")
+        record_len = buf[at[:, None] + np.arange(1, 9)].copy().view("<u8").ravel().astype(np.int64)
+        starts = at + 31
+        ends = at + 9 + record_len
+        if (record_len < 22).any() or ends.max(initial=0) > buf.size:
+            raise ReaderError("message record overruns its chunk")
+        slices = [raw[s:e] for s, e in zip(starts.tolist(), ends.tolist(), strict=True)]
+        return index[:, 0].astype(np.int64), slices
