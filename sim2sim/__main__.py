@@ -1,0 +1,3 @@
+from sim2sim.cli import main
+
+raise SystemExit(main())

@@ -1,0 +1,153 @@
+"""``aow-sim2sim``: run an exported policy on the simulated robot through the deployment controller."""
+
+from __future__ import annotations
+
+import argparse
+import json
+import os
+import sys
+import tempfile
+from collections.abc import Sequence
+from dataclasses import replace
+from pathlib import Path
+
+from sim2sim.commands import FORMAT_HELP, CommandScriptError
+from sim2sim.hardware import HardwareConfig
+from sim2sim.metrics import FallCriteria
+from sim2sim.runner import DISTROS, Sim2SimConfig, run
+from sim2sim.world import TERRAINS
+
+DESCRIPTION = """\
+Sim-to-sim: the MuJoCo model of the wheeled ANYmal C plays the robot. It publishes real ROS 2
+messages (sensor_msgs/JointState with effort every physics step, nav_msgs/Odometry, a robot-centred
+grid_map_msgs/GridMap of the terrain, geometry_msgs/Twist commands from a script), the deployment
+controller core of aow_policy consumes them exactly as the controller node does (ZERO_TORQUE ->
+STAND_UP -> POLICY, watchdog, clipping) and its joint commands (/joint_commands) drive the
+simulated joints. No ROS installation is needed. Prints the command tracking error per segment,
+falls and joint-limit violations; --record writes everything to a rosbag2 with the robot's topics."""
+
+
+def build_parser() -> argparse.ArgumentParser:
+    d, hw = Sim2SimConfig(), HardwareConfig()
+    falls = FallCriteria()
+    p = argparse.ArgumentParser(
+        prog="aow-sim2sim",
+        description=DESCRIPTION,
+        epilog=FORMAT_HELP,
+        formatter_class=argparse.RawDescriptionHelpFormatter,
+    )
+    p.add_argument("--policy", required=True, type=Path, help="exported policy (.onnx from aow-export)")
+    p.add_argument(
+        "--duration",
+        type=float,
+        default=d.duration,
+        help="simulated seconds, standing up included (default %(default)s)",
+    )
+    p.add_argument("--commands", type=Path, help="command script (.yaml/.yml, .json or .csv; format below)")
+    p.add_argument("--terrain", choices=TERRAINS, default=d.terrain, help="ground (default %(default)s)")
+    p.add_argument("--seed", type=int, default=d.seed, help="rough terrain generation seed (default %(default)s)")
+    p.add_argument("--record", type=Path, metavar="BAG_DIR", help="write a rosbag2 to this new directory")
+    p.add_argument(
+        "--storage", choices=("mcap", "sqlite3"), default=d.storage, help="bag storage (default %(default)s)"
+    )
+    p.add_argument("--compress", action="store_true", help="zstd-compress mcap chunks (smaller bags)")
+    p.add_argument("--bag-version", type=int, choices=(8, 9), default=d.bag_version, help="rosbag2 format version")
+    p.add_argument(
+        "--distro", choices=sorted(DISTROS), default=d.distro, help="ROS 2 message definitions (default %(default)s)"
+    )
+    p.add_argument("--robot", type=Path, help="robot contract YAML (default: the aow_policy package's)")
+    p.add_argument(
+        "--stand-up", type=float, default=d.stand_up, help="stand-up interpolation time, s (default %(default)s)"
+    )
+    p.add_argument(
+        "--settle",
+        type=float,
+        default=d.settle,
+        help="seconds at each segment's start left out of the 'settled' error (default %(default)s)",
+    )
+    g = p.add_argument_group("rates and the elevation map")
+    g.add_argument(
+        "--physics-hz", type=float, default=hw.physics_hz, help="physics rate = JointState rate (default %(default)s)"
+    )
+    g.add_argument("--odometry-hz", type=float, default=hw.odometry_hz, help="(default %(default)s)")
+    g.add_argument("--map-hz", type=float, default=hw.map_hz, help="GridMap rate (default %(default)s)")
+    g.add_argument("--cmd-vel-hz", type=float, default=d.cmd_vel_hz, help="Twist command rate (default %(default)s)")
+    g.add_argument("--diagnostics-hz", type=float, default=d.diagnostics_hz, help="(default %(default)s)")
+    g.add_argument("--map-size", type=float, default=hw.map_size, help="map side, m (default %(default)s)")
+    g.add_argument(
+        "--map-resolution", type=float, default=hw.map_resolution, help="map cell size, m (default %(default)s)"
+    )
+    g = p.add_argument_group("falls")
+    g.add_argument(
+        "--fall-height", type=float, default=falls.min_height, help="base height above ground, m (default %(default)s)"
+    )
+    g.add_argument("--fall-tilt", type=float, default=falls.max_tilt, help="base tilt, rad (default %(default)s)")
+    g = p.add_argument_group("output")
+    g.add_argument("--summary", type=Path, help="also write the result as JSON to this file")
+    g.add_argument("--json", action="store_true", help="print the result as one JSON object on the last line")
+    g.add_argument("--no-progress", action="store_true", help="no progress bar")
+    return p
+
+
+def config_from_args(args: argparse.Namespace) -> Sim2SimConfig:
+    hardware = replace(
+        HardwareConfig(),
+        physics_hz=args.physics_hz,
+        odometry_hz=args.odometry_hz,
+        map_hz=args.map_hz,
+        map_size=args.map_size,
+        map_resolution=args.map_resolution,
+    )
+    return Sim2SimConfig(
+        duration=args.duration,
+        terrain=args.terrain,
+        seed=args.seed,
+        stand_up=args.stand_up,
+        cmd_vel_hz=args.cmd_vel_hz,
+        diagnostics_hz=args.diagnostics_hz,
+        settle=args.settle,
+        hardware=hardware,
+        falls=FallCriteria(min_height=args.fall_height, max_tilt=args.fall_tilt),
+        distro=args.distro,
+        storage=args.storage,
+        bag_version=args.bag_version,
+        compress=args.compress,
+        robot_path=str(args.robot) if args.robot else None,
+    )
+
+
+def _write_json(path: Path, data: dict) -> None:
+    path.parent.mkdir(parents=True, exist_ok=True)
+    fd, tmp = tempfile.mkstemp(prefix=f".{path.name}.", suffix=".tmp", dir=path.parent)
+    try:
+        with os.fdopen(fd, "w") as f:
+            json.dump(data, f, indent=2)
+        os.replace(tmp, path)
+    except BaseException:
+        Path(tmp).unlink(missing_ok=True)
+        raise
+
+
+def main(argv: Sequence[str] | None = None) -> int:
+    args = build_parser().parse_args(argv)
+    if args.record is not None and args.record.exists():
+        print(f"aow-sim2sim: error: {args.record} exists already (nothing is overwritten)", file=sys.stderr)
+        return 2
+    try:
+        config = config_from_args(args)
+        result = run(
+            args.policy, commands=args.commands, record=args.record, config=config, progress=not args.no_progress
+        )
+    except (CommandScriptError, FileNotFoundError, ValueError, RuntimeError) as e:
+        print(f"aow-sim2sim: error: {e}", file=sys.stderr)
+        return 2
+    print(result.format())
+    if args.summary is not None:
+        _write_json(args.summary, result.to_dict())
+    if args.json:
+        print(json.dumps(result.to_dict()))
+    return 0
+
+
+if __name__ == "__main__":
+    raise SystemExit(main())

@@ -1,0 +1,224 @@
+"""What a sim-to-sim run measures: command tracking per segment, falls, and joint-limit violations.
+
+Tracking compares the scripted command with the simulator's true base velocity (base frame:
+vx, vy and yaw rate) at every control period the controller spends in POLICY; the first
+``settle`` seconds of each segment are reported separately, since a step in the command needs
+time to be followed.
+
+:class:`ViolationTally` counts joint-limit violations from the published JointState samples with
+the shared definitions of :mod:`aow_policy.violations` (|value| > limit, per joint, contract
+limits). It stands in for the violation monitor core of the runtime library until that exists.
+"""
+
+from __future__ import annotations
+
+import math
+from dataclasses import asdict, dataclass, field
+from typing import Any
+
+import numpy as np
+
+from aow_policy.robot import Robot
+from aow_policy.violations import over_limit
+from sim2sim.commands import CommandSchedule
+
+AXES = ("vx", "vy", "yaw_rate")
+EPISODE_SECONDS = 20.0  # the paper's episode length for "violations per episode"
+
+
+@dataclass
+class SegmentResult:
+    name: str
+    start: float  # s of script time (0 = controller entered POLICY)
+    duration: float
+    command: tuple[float, float, float]
+    samples: int  # control periods in POLICY within the segment
+    policy_fraction: float  # share of the segment's control periods spent in POLICY
+    mean_abs_error: tuple[float, float, float] | None  # mean |v_cmd - v_base| (vx, vy, yaw rate)
+    mean_abs_error_settled: tuple[float, float, float] | None  # the same after the settle time
+    mean_velocity: tuple[float, float, float] | None
+
+
+class SegmentTracker:
+    """Accumulates |command - base velocity| per segment of a schedule."""
+
+    def __init__(self, schedule: CommandSchedule, control_dt: float, settle: float = 1.0):
+        self.schedule = schedule
+        self.control_dt = control_dt
+        self.settle = settle
+        n = len(schedule.segments)
+        self._sum = np.zeros((n, 3))
+        self._sum_settled = np.zeros((n, 3))
+        self._velocity = np.zeros((n, 3))
+        self._count = np.zeros(n, dtype=np.int64)
+        self._count_settled = np.zeros(n, dtype=np.int64)
+
+    def add(self, script_time: float, velocity: np.ndarray) -> None:
+        """One control period in POLICY at ``script_time`` with base velocity (vx, vy, yaw rate)."""
+        i = self.schedule.index_at(script_time)
+        if i is None:
+            return
+        seg = self.schedule.segments[i]
+        error = np.abs(np.asarray(seg.command) - velocity)
+        self._sum[i] += error
+        self._velocity[i] += velocity
+        self._count[i] += 1
+        if script_time - seg.start >= self.settle:
+            self._sum_settled[i] += error
+            self._count_settled[i] += 1
+
+    def results(self) -> list[SegmentResult]:
+        out = []
+        for i, seg in enumerate(self.schedule.segments):
+            n, ns = int(self._count[i]), int(self._count_settled[i])
+            expected = max(1, round(seg.duration / self.control_dt))
+            out.append(
+                SegmentResult(
+                    name=seg.name,
+                    start=seg.start,
+                    duration=seg.duration,
+                    command=seg.command,
+                    samples=n,
+                    policy_fraction=min(1.0, n / expected),
+                    mean_abs_error=_triple(self._sum[i] / n) if n else None,
+                    mean_abs_error_settled=_triple(self._sum_settled[i] / ns) if ns else None,
+                    mean_velocity=_triple(self._velocity[i] / n) if n else None,
+                )
+            )
+        return out
+
+
+def _triple(v: np.ndarray) -> tuple[float, float, float]:
+    return (float(v[0]), float(v[1]), float(v[2]))
+
+
+@dataclass(frozen=True)
+class FallCriteria:
+    min_height: float = 0.25  # m of base above the ground under it
+    max_tilt: float = 1.0  # rad between the base's z axis and the vertical
+    base_contact: bool = True  # the base touching the ground is a fall
+
+
+@dataclass
+class FallEvent:
+    time: float
+    reason: str
+
+
+@dataclass
+class FallDetector:
+    """A fall starts when any criterion holds and ends when none does; each start is one event."""
+
+    criteria: FallCriteria = field(default_factory=FallCriteria)
+    events: list[FallEvent] = field(default_factory=list)
+    fallen: bool = False
+
+    def update(self, t: float, height: float, tilt: float, base_contact: bool) -> bool:
+        c = self.criteria
+        reasons = []
+        if height < c.min_height:
+            reasons.append(f"base {height:.2f} m above ground (< {c.min_height} m)")
+        if tilt > c.max_tilt:
+            reasons.append(f"tilted {math.degrees(tilt):.0f} deg (> {math.degrees(c.max_tilt):.0f})")
+        if c.base_contact and base_contact:
+            reasons.append("base touches the ground")
+        if reasons and not self.fallen:
+            self.events.append(FallEvent(t, "; ".join(reasons)))
+        self.fallen = bool(reasons)
+        return self.fallen
+
+
+class _Channel:
+    """Violations of one quantity (velocity or torque) over all joints."""
+
+    def __init__(self, names: tuple[str, ...], limits: np.ndarray):
+        self.names, self.limits = names, limits
+        n = len(names)
+        self.samples = 0
+        self.samples_over = np.zeros(n, dtype=np.int64)
+        self.events = np.zeros(n, dtype=np.int64)
+        self.peak = np.zeros(n)  # largest |value| seen while over the limit
+        self._over = np.zeros(n, dtype=bool)
+
+    def add(self, values: np.ndarray) -> bool:
+        over = over_limit(values, self.limits)
+        self.samples += 1
+        if over.any():
+            self.samples_over += over
+            self.events += over & ~self._over
+            np.maximum(self.peak, np.where(over, np.abs(values), 0.0), out=self.peak)
+        self._over = over
+        return bool(over.any())
+
+    def summary(self) -> dict[str, Any]:
+        per_joint = {
+            name: {
+                "samples_over": int(self.samples_over[j]),
+                "events": int(self.events[j]),
+                "peak": float(self.peak[j]),
+            }
+            for j, name in enumerate(self.names)
+            if math.isfinite(self.limits[j])
+        }
+        return {
+            "samples": self.samples,
+            "samples_over": int(self.samples_over.sum()),
+            "events": int(self.events.sum()),
+            "per_joint": per_joint,
+        }
+
+
+class ViolationTally:
+    """Joint speed and torque violations of JointState samples, per joint and per policy step.
+
+    The policy-step indicator is the paper's: time is cut into policy periods and a period counts
+    once if any sample of any joint in it is over its limit; ``violations_per_episode`` is that
+    count per 20 s of samples.
+    """
+
+    def __init__(self, robot: Robot):
+        names = robot.joint_names
+        self.velocity = _Channel(names, robot.constraint_velocity_limits)
+        self.torque = _Channel(names, robot.constraint_torque_limits)
+        self.policy_dt = robot.rates.policy_dt
+        self._bins: set[int] = set()
+        self._first: float | None = None
+        self._last = 0.0
+
+    def add(self, t: float, velocity: np.ndarray, effort: np.ndarray) -> None:
+        if self._first is None:
+            self._first = t
+        self._last = t
+        over_v = self.velocity.add(velocity)
+        over_t = self.torque.add(effort) if np.all(np.isfinite(effort)) else False
+        if over_v or over_t:
+            self._bins.add(math.floor((t - self._first) / self.policy_dt + 1e-9))
+
+    def summary(self) -> dict[str, Any]:
+        # policy periods touched by samples, and the time they cover
+        steps = math.floor((self._last - self._first) / self.policy_dt + 1e-9) + 1 if self._first is not None else 0
+        span = steps * self.policy_dt
+        over = len(self._bins)
+        return {
+            "source": "sim2sim.metrics.ViolationTally",
+            "velocity": self.velocity.summary(),
+            "torque": self.torque.summary(),
+            "policy_steps": steps,
+            "policy_steps_over": over,
+            "violations_per_episode": over * EPISODE_SECONDS / span if span > 0 else 0.0,
+        }
+
+
+def as_plain(obj: Any) -> Any:
+    """Dataclasses, tuples and numpy scalars -> JSON-ready Python values."""
+    if hasattr(obj, "__dataclass_fields__"):
+        return as_plain(asdict(obj))
+    if isinstance(obj, dict):
+        return {str(k): as_plain(v) for k, v in obj.items()}
+    if isinstance(obj, list | tuple):
+        return [as_plain(v) for v in obj]
+    if isinstance(obj, np.generic):
+        return obj.item()
+    if isinstance(obj, float) and not math.isfinite(obj):
+        return None
+    return obj

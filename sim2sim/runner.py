@@ -1,0 +1,358 @@
+"""Sim-to-sim without ROS: the MuJoCo "hardware", the deployment controller core and a command script.
+
+One loop over physics steps plays what happens on the robot, in order, at each step:
+
+1. the hardware publishes its sensor messages (JointState every step, Odometry and GridMap at their
+   rates) and a scripted operator publishes geometry_msgs/Twist on ``/cmd_vel``;
+2. every control period, the controller does what the controller node does: it is started once
+   (``~/start``: ZERO_TORQUE -> STAND_UP -> POLICY), ``core.step(now)`` gives the joint command,
+   which is published as sensor_msgs/JointState on ``/joint_commands``, and its diagnostics go to
+   ``/diagnostics``;
+3. the hardware applies the latest joint command and advances one physics step.
+
+"Publishing" delivers the message object to its subscribers at once (the controller core's
+``on_*`` callbacks, the hardware's command input) and to the bag recorder, so the bag holds
+exactly what the controller saw and sent. Time is simulation time (s) throughout, as a ROS 2 system
+with ``use_sim_time`` would stamp it.
+"""
+
+from __future__ import annotations
+
+import math
+import os
+import time
+from collections import defaultdict
+from collections.abc import Callable, Mapping, Sequence
+from dataclasses import dataclass, field, replace
+from pathlib import Path
+from typing import Any
+
+import numpy as np
+from rosbags.typesys import Stores, get_typestore
+
+from aow_policy.controller import ControllerConfig, ControllerCore, ControllerState, JointCommand
+from aow_policy.messages import MessageFactory, joint_state_msg, twist_msg
+from aow_policy.policy import PolicyRunner
+from aow_policy.robot import Robot, load_robot
+from sim2sim.commands import CommandSchedule, default_schedule, load_script, segments_from_records
+from sim2sim.hardware import HardwareConfig, SimHardware, Topics, steps_between
+from sim2sim.metrics import (
+    FallCriteria,
+    FallDetector,
+    FallEvent,
+    SegmentResult,
+    SegmentTracker,
+    ViolationTally,
+    as_plain,
+)
+from sim2sim.recorder import BagRecorder
+from sim2sim.world import RoughTerrainConfig, build_world
+
+DISTROS = {"humble": Stores.ROS2_HUMBLE, "jazzy": Stores.ROS2_JAZZY}
+CONTROLLER_NAME = "aow_controller"
+
+
+@dataclass(frozen=True)
+class Sim2SimConfig:
+    """Everything a run can change; the CLI exposes each field."""
+
+    duration: float = 30.0  # s of simulated time, standing up included
+    terrain: str = "flat"  # flat or rough
+    seed: int = 0  # terrain generation
+    stand_up: float = 2.0  # s, the controller's stand-up interpolation
+    cmd_vel_hz: float = 50.0
+    diagnostics_hz: float = 10.0  # plus one message at every state change
+    settle: float = 1.0  # s at the start of each segment reported separately
+    hardware: HardwareConfig = field(default_factory=HardwareConfig)
+    topics: Topics = field(default_factory=Topics)
+    falls: FallCriteria = field(default_factory=FallCriteria)
+    rough: RoughTerrainConfig = field(default_factory=RoughTerrainConfig)
+    controller: Mapping[str, Any] = field(default_factory=dict)  # other ControllerConfig settings
+    distro: str = "humble"  # message definitions (typestore) for the bag
+    storage: str = "mcap"  # or sqlite3
+    bag_version: int = 9
+    compress: bool = False  # zstd chunks (mcap only)
+    robot_path: str | None = None  # robot contract YAML (default: the package's)
+
+    def validate(self) -> None:
+        if not (math.isfinite(self.duration) and self.duration > 0):
+            raise ValueError(f"duration must be a positive number of seconds, got {self.duration!r}")
+        if not self.stand_up >= 0:
+            raise ValueError(f"stand_up must be >= 0 s, got {self.stand_up!r}")
+        if not self.settle >= 0:
+            raise ValueError(f"settle must be >= 0 s, got {self.settle!r}")
+        if self.distro not in DISTROS:
+            raise ValueError(f"distro must be one of {sorted(DISTROS)}, got {self.distro!r}")
+        for name in ("cmd_vel_hz", "diagnostics_hz"):
+            value = getattr(self, name)
+            if not (math.isfinite(value) and value > 0):
+                raise ValueError(f"{name} must be a positive rate, got {value!r}")
+        self.hardware.validate()
+
+
+@dataclass
+class Sim2SimResult:
+    policy: str
+    terrain: str
+    sim_time: float  # s simulated
+    wall_time: float  # s taken
+    real_time_factor: float  # simulated seconds per wall-clock second
+    policy_start: float | None  # sim time the controller entered POLICY
+    segments: list[SegmentResult]
+    falls: list[FallEvent]
+    final_state: str
+    fault: str | None
+    transitions: list[tuple[float, str, str]]  # (time, new state, reason)
+    violations: dict[str, Any]
+    message_counts: dict[str, int]  # per topic, published
+    bag: Path | None = None
+    storage: str | None = None
+    commands_refused_by_hardware: int = 0
+
+    @property
+    def fell(self) -> bool:
+        return bool(self.falls)
+
+    def to_dict(self) -> dict[str, Any]:
+        d = as_plain(self)
+        d["bag"] = str(self.bag) if self.bag else None
+        d["fell"] = self.fell
+        return d
+
+    def format(self) -> str:
+        """A short human-readable report."""
+        lines = [
+            f"sim-to-sim: {self.sim_time:.1f} s simulated on {self.terrain} ground in {self.wall_time:.1f} s "
+            f"(real-time factor {self.real_time_factor:.1f})",
+        ]
+        if self.policy_start is None:
+            lines.append("the controller never reached POLICY")
+        else:
+            lines.append(f"controller in POLICY from t = {self.policy_start:.2f} s; final state {self.final_state}")
+        if self.fault:
+            lines.append(f"fault: {self.fault}")
+        lines.append("")
+        header = (
+            f"{'segment':<12} {'command vx vy yaw':>20} {'in POLICY':>9}   {'mean |error| vx vy yaw':>24}   settled"
+        )
+        lines += [header, "-" * len(header)]
+        for s in self.segments:
+            cmd = " ".join(f"{v:5.2f}" for v in s.command)
+            err = " ".join(f"{v:6.3f}" for v in s.mean_abs_error) if s.mean_abs_error else "n/a".rjust(20)
+            settled = " ".join(f"{v:6.3f}" for v in s.mean_abs_error_settled) if s.mean_abs_error_settled else "n/a"
+            lines.append(f"{s.name[:12]:<12} {cmd:>20} {s.policy_fraction:9.0%}   {err:>24}   {settled}")
+        lines.append("")
+        if self.falls:
+            lines.append(f"falls: {len(self.falls)}; first at t = {self.falls[0].time:.2f} s ({self.falls[0].reason})")
+        else:
+            lines.append("falls: none")
+        v = self.violations
+        for quantity in ("velocity", "torque"):
+            q = v[quantity]
+            worst = sorted(q["per_joint"].items(), key=lambda kv: -kv[1]["samples_over"])[:3]
+            worst_text = ", ".join(f"{k} {d['samples_over']}" for k, d in worst if d["samples_over"]) or "none"
+            lines.append(
+                f"{quantity} violations: {q['events']} events, {q['samples_over']} of {q['samples']} samples "
+                f"(worst joints: {worst_text})"
+            )
+        lines.append(
+            f"policy steps with any violation: {v['policy_steps_over']} of {v['policy_steps']} "
+            f"({v['violations_per_episode']:.2f} per 20 s episode)"
+        )
+        counts = ", ".join(f"{topic} {n}" for topic, n in sorted(self.message_counts.items()))
+        lines.append(f"messages: {counts}")
+        if self.bag:
+            lines.append(f"bag: {self.bag} ({self.storage})")
+        return "\n".join(lines)
+
+
+class Bus:
+    """In-process publish/subscribe: every message goes to its topic's subscribers and the taps."""
+
+    def __init__(self) -> None:
+        self._subscribers: dict[str, list[Callable[[Any, float], Any]]] = defaultdict(list)
+        self._taps: list[Callable[[str, Any, float], Any]] = []
+        self.counts: dict[str, int] = defaultdict(int)
+
+    def subscribe(self, topic: str, callback: Callable[[Any, float], Any]) -> None:
+        self._subscribers[topic].append(callback)
+
+    def tap(self, callback: Callable[[str, Any, float], Any]) -> None:
+        self._taps.append(callback)
+
+    def publish(self, topic: str, msg: Any, t: float) -> None:
+        self.counts[topic] += 1
+        for tap in self._taps:
+            tap(topic, msg, t)
+        for callback in self._subscribers.get(topic, ()):
+            callback(msg, t)
+
+
+def resolve_schedule(
+    commands: CommandSchedule | str | os.PathLike[str] | Sequence[Mapping[str, Any]] | None,
+    robot: Robot,
+    length: float,
+) -> CommandSchedule:
+    """The command schedule of a run: a schedule, a script path, segment mappings, or the default."""
+    if commands is None:
+        return default_schedule(length)
+    if isinstance(commands, CommandSchedule):
+        return commands
+    if isinstance(commands, str | os.PathLike):
+        return load_script(commands, robot)
+    return segments_from_records(commands, robot, source="commands")
+
+
+def joint_command_msg(factory: MessageFactory, command: JointCommand) -> Any:
+    """The controller node's default output: JointState with position (legs), velocity (wheels), names."""
+    return joint_state_msg(
+        factory, command.joint_names, command.position, command.velocity, command.effort, stamp=command.stamp
+    )
+
+
+def diagnostics_msg(factory: MessageFactory, core: ControllerCore, now: float) -> Any:
+    """diagnostic_msgs/DiagnosticArray with the core's key/values (key "state" holds the state)."""
+    status_cls = factory.types["diagnostic_msgs/msg/DiagnosticStatus"]
+    state = core.state
+    if state is ControllerState.POLICY or state is ControllerState.STAND_UP:
+        level = status_cls.OK
+    elif core.fault:
+        level = status_cls.ERROR
+    else:
+        level = status_cls.WARN
+    values = [factory.new("diagnostic_msgs/msg/KeyValue", key=k, value=v) for k, v in core.diagnostics(now).items()]
+    status = factory.new(
+        "diagnostic_msgs/msg/DiagnosticStatus",
+        level=level,
+        name=CONTROLLER_NAME,
+        message=state.value + (f": {core.fault}" if core.fault else ""),
+        hardware_id="",
+        values=values,
+    )
+    return factory.new("diagnostic_msgs/msg/DiagnosticArray", header=factory.header(now), status=[status])
+
+
+def run(
+    policy: str | os.PathLike[str],
+    duration: float | None = None,
+    commands: CommandSchedule | str | os.PathLike[str] | Sequence[Mapping[str, Any]] | None = None,
+    record: str | os.PathLike[str] | None = None,
+    *,
+    config: Sim2SimConfig | None = None,
+    robot: Robot | None = None,
+    progress: bool = False,
+    **overrides: Any,
+) -> Sim2SimResult:
+    """Run an exported policy in sim-to-sim; see the module docstring.
+
+    ``policy``: an ONNX file exported with aow-export. ``duration`` (s, standing up included) and
+    keyword ``overrides`` replace fields of ``config`` (:class:`Sim2SimConfig`). ``commands``: a
+    script path, a :class:`CommandSchedule`, a list of segment mappings, or None for the default
+    sequence filling the time after standing up. ``record``: a new bag directory to write.
+    """
+    cfg = config if config is not None else Sim2SimConfig()
+    if duration is not None:
+        overrides["duration"] = duration
+    if overrides:
+        cfg = replace(cfg, **overrides)
+    cfg.validate()
+    robot = robot if robot is not None else load_robot(cfg.robot_path)
+    runner = PolicyRunner.load(policy, robot)
+    controller_cfg = ControllerConfig.from_mapping({**cfg.controller, "stand_up_duration": cfg.stand_up})
+    core = ControllerCore(robot, runner, controller_cfg)
+
+    hw_cfg = cfg.hardware
+    control_every = steps_between(hw_cfg.physics_hz, 1.0 / robot.rates.policy_dt, "the policy rate")
+    cmd_every = steps_between(hw_cfg.physics_hz, cfg.cmd_vel_hz, "cmd_vel_hz")
+    diag_every = steps_between(hw_cfg.physics_hz, cfg.diagnostics_hz, "diagnostics_hz")
+    total_steps = round(cfg.duration * hw_cfg.physics_hz)
+    policy_dt = robot.rates.policy_dt
+    # The script starts when the controller enters POLICY, one control period after stand-up ends.
+    schedule = resolve_schedule(commands, robot, cfg.duration - cfg.stand_up - policy_dt)
+
+    typestore = get_typestore(DISTROS[cfg.distro])
+    factory = MessageFactory.from_typestore(typestore)
+    world = build_world(robot, cfg.terrain, physics_dt=1.0 / hw_cfg.physics_hz, seed=cfg.seed, rough=cfg.rough)
+    topics = cfg.topics
+    bus = Bus()
+    hardware = SimHardware(world, robot, factory, bus.publish, hw_cfg, topics)
+    bus.subscribe(topics.joint_states, core.on_joint_state)
+    bus.subscribe(topics.odometry, core.on_odometry)
+    bus.subscribe(topics.elevation_map, core.on_grid_map)
+    bus.subscribe(topics.cmd_vel, core.on_command)
+    bus.subscribe(topics.joint_commands, hardware.on_joint_command)
+    tally = ViolationTally(robot)
+    bus.subscribe(topics.joint_states, lambda msg, t: tally.add(t, hardware.joint_velocity, hardware.joint_effort))
+
+    tracker = SegmentTracker(schedule, policy_dt, cfg.settle)
+    falls = FallDetector(cfg.falls)
+    recorder = BagRecorder(record, typestore, cfg.storage, cfg.bag_version, cfg.compress) if record else None
+    bar = None
+    if progress:
+        from tqdm import tqdm
+
+        bar = tqdm(total=round(cfg.duration, 3), unit="sim s", desc="sim-to-sim", leave=False)
+
+    policy_start: float | None = None
+    started = False
+    last_state = core.state
+    bag_path: Path | None = None
+    wall0 = time.perf_counter()
+    try:
+        if recorder is not None:
+            recorder.open()
+            bus.tap(recorder.write)
+        for k in range(total_steps):
+            t = hardware.time
+            hardware.publish_sensors()
+            if k % cmd_every == 0:
+                script_time = t - policy_start if policy_start is not None else -1.0
+                bus.publish(topics.cmd_vel, twist_msg(factory, *schedule.command_at(script_time)), t)
+            if k % control_every == 0:
+                if not started:  # the ~/start service, called once the robot reports its joints
+                    started = core.start(t)[0]
+                command = core.step(t)
+                if command.has_measurement:
+                    bus.publish(topics.joint_commands, joint_command_msg(factory, command), t)
+                if core.state is ControllerState.POLICY and policy_start is None:
+                    policy_start = t  # entered POLICY at the end of this step
+                elif core.state is ControllerState.POLICY:
+                    velocity = np.array([*hardware.base_linear_velocity[:2], hardware.base_angular_velocity[2]])
+                    tracker.add(t - policy_start, velocity)
+                falls.update(t, hardware.height_above_ground, hardware.tilt, hardware.base_touches_ground())
+                if k % diag_every == 0 or core.state is not last_state:
+                    bus.publish(topics.diagnostics, diagnostics_msg(factory, core, t), t)
+                    last_state = core.state
+                if bar is not None and k % (control_every * 25) == 0:
+                    bar.n = round(t, 3)
+                    bar.refresh()
+            hardware.step()
+        if recorder is not None:
+            bag_path = recorder.close()
+    except BaseException:
+        if recorder is not None:
+            recorder.abort()
+        raise
+    finally:
+        if bar is not None:
+            bar.close()
+    wall = time.perf_counter() - wall0
+    sim_time = total_steps * hardware.dt
+    return Sim2SimResult(
+        policy=str(policy),
+        terrain=cfg.terrain,
+        sim_time=sim_time,
+        wall_time=wall,
+        real_time_factor=sim_time / wall if wall > 0 else math.inf,
+        policy_start=policy_start,
+        segments=tracker.results(),
+        falls=list(falls.events),
+        final_state=core.state.value,
+        fault=core.fault,
+        transitions=[(t, s.value, why) for t, s, why in core.transitions],
+        violations=tally.summary(),
+        message_counts=dict(bus.counts),
+        bag=bag_path,
+        storage=cfg.storage if bag_path else None,
+        commands_refused_by_hardware=hardware.commands_refused,
+    )
