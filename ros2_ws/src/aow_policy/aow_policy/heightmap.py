@@ -35,7 +35,13 @@ class HeightScanError(ValueError):
 
 
 class HeightScanner:
-    """Samples a :class:`GridMapLayer` at the rotated scan grid into preallocated buffers."""
+    """Samples a :class:`GridMapLayer` at the rotated scan grid into preallocated buffers.
+
+    About twenty numpy calls per scan on (axis, corner, point) stacked arrays: the point -> index
+    map is one affine matmul, circular start indices and strides are folded into per-axis lookup
+    tables (rebuilt only when the map's geometry changes), and the NaN handling runs only when a
+    gathered cell is NaN.
+    """
 
     def __init__(self, grid: HeightScanGrid, method: str = "bilinear", min_valid_fraction: float = 0.5):
         if method not in SAMPLING_METHODS:
@@ -48,25 +54,41 @@ class HeightScanner:
         points = np.asarray(grid.points, dtype=np.float64)
         n = len(points)
         self.num_points = n
-        self._local = np.ascontiguousarray(points.T)  # (2, n): rows x, y
-        self._rot = np.empty((2, 2))
-        self._world = np.empty((2, n))
+        self._local = np.vstack([points.T, np.ones(n)])  # (3, n): x, y, 1
+        self._affine = np.empty((2, 3))
         self._k = np.empty((2, n))  # continuous unwrapped index (rows, cols)
         self._k0 = np.empty((2, n))
         self._frac = np.empty((2, n))
-        self._i = np.empty((2, n), dtype=np.intp)
-        self._i1 = np.empty((2, n), dtype=np.intp)
-        self._flat = np.empty((4, n), dtype=np.intp)
-        self._w = np.empty((4, n))
-        self._v = np.empty((4, n), dtype=np.float32)
-        self._v64 = np.empty((4, n))
-        self._finite = np.empty((4, n), dtype=bool)
+        self._idx = np.empty((2, 2, n), dtype=np.intp)  # axis, corner (floor, floor + 1), point
+        self._offsets = np.empty((2, 2, n), dtype=np.intp)
+        self._flat = np.empty((2, 2, n), dtype=np.intp)  # x corner, y corner, point
+        self._wx = np.empty((2, n))
+        self._wy = np.empty((2, n))
+        self._w = np.empty((2, 2, n))
+        self._v = np.empty((2, 2, n), dtype=np.float32)
+        self._v64 = np.empty((2, 2, n))
+        self._v4, self._w4 = self._v64.reshape(4, n), self._w.reshape(4, n)  # views over the corners
+        self._v_flat, self._ones = self._v64.reshape(-1), np.ones(4 * n)
+        self._finite = np.empty((2, 2, n), dtype=bool)
+        self._in = np.empty((2, n), dtype=bool)
+        self._in2 = np.empty((2, n), dtype=bool)
         self._inside = np.empty(n, dtype=bool)
-        self._inside2 = np.empty((2, n), dtype=bool)
         self._wsum = np.empty(n)
+        self._table_key: tuple[int, ...] | None = None
+        self._row_table = np.empty(0, dtype=np.intp)
+        self._col_table = np.empty(0, dtype=np.intp)
         self.heights = np.empty(n)
         self.valid = np.zeros(n, dtype=bool)
         self.valid_fraction = 0.0
+
+    def _tables(self, layer: GridMapLayer) -> None:
+        """Unwrapped index along each axis -> its part of the flat buffer offset."""
+        key = (layer.rows, layer.cols, layer.outer_start, layer.inner_start, layer.row_stride, layer.col_stride)
+        if key == self._table_key:
+            return
+        self._row_table = ((np.arange(layer.rows) + layer.outer_start) % layer.rows) * layer.row_stride
+        self._col_table = ((np.arange(layer.cols) + layer.inner_start) % layer.cols) * layer.col_stride
+        self._table_key = key
 
     def scan(self, layer: GridMapLayer, base_x: float, base_y: float, base_yaw: float) -> np.ndarray:
         """Heights (map frame, metres) at the grid points; returns the internal buffer.
@@ -76,92 +98,108 @@ class HeightScanner:
         """
         if not (math.isfinite(base_x) and math.isfinite(base_y) and math.isfinite(base_yaw)):
             raise HeightScanError(f"base pose is not finite: x={base_x}, y={base_y}, yaw={base_yaw}")
+        self._tables(layer)
         c, s = math.cos(base_yaw), math.sin(base_yaw)
-        rot = self._rot
-        rot[0, 0], rot[0, 1], rot[1, 0], rot[1, 1] = c, -s, s, c
-        world, k = self._world, self._k
-        np.matmul(rot, self._local, out=world)
-        # Unwrapped continuous index of the point: k = (corner_centre - p) / res, where the corner
+        # Unwrapped continuous index of a point p: k = (corner_centre - p) / res, where the corner
         # cell centre is pose + length / 2 - res / 2 (facts.md), so cell centres sit at integers.
-        res = layer.resolution
-        inv = 1.0 / res
-        k[0] = world[0]
-        k[0] -= layer.center_x + 0.5 * layer.length_x - 0.5 * res - base_x
-        k[1] = world[1]
-        k[1] -= layer.center_y + 0.5 * layer.length_y - 0.5 * res - base_y
-        np.multiply(k, -inv, out=k)
+        # With p = base + R(yaw) q this is one affine map of the local grid point q.
+        inv = 1.0 / layer.resolution
+        half = 0.5 * layer.resolution
+        a = self._affine
+        a[0, 0], a[0, 1], a[0, 2] = -c * inv, s * inv, (layer.center_x + 0.5 * layer.length_x - half - base_x) * inv
+        a[1, 0], a[1, 1], a[1, 2] = -s * inv, -c * inv, (layer.center_y + 0.5 * layer.length_y - half - base_y) * inv
+        k = self._k
+        np.matmul(a, self._local, out=k)
         # Inside the map: -0.5 <= k < size - 0.5 on both axes.
-        inside, inside2 = self._inside, self._inside2
+        inside2, tmp2 = self._in, self._in2
         np.greater_equal(k, -0.5, out=inside2)
-        np.logical_and(inside2[0], inside2[1], out=inside)
-        np.less(k[0], layer.rows - 0.5, out=inside2[0])
-        np.less(k[1], layer.cols - 0.5, out=inside2[1])
-        np.logical_and(inside, inside2[0], out=inside)
-        np.logical_and(inside, inside2[1], out=inside)
+        np.less(k[0], layer.rows - 0.5, out=tmp2[0])  # scalar bounds: broadcasting would buffer
+        np.less(k[1], layer.cols - 0.5, out=tmp2[1])
+        np.logical_and(inside2, tmp2, out=inside2)
+        np.logical_and(inside2[0], inside2[1], out=self._inside)
         if self.method == "bilinear":
             self._bilinear(layer)
         else:
             self._nearest(layer)
         return self._finish()
 
-    def _axis_offsets(self, k_int: np.ndarray, start: int, size: int, stride: int, out: np.ndarray) -> None:
-        """Unwrapped integer index along one axis -> its part of the flat buffer offset."""
-        np.clip(k_int, 0, size - 1, out=out)
-        np.add(out, start, out=out)
-        np.remainder(out, size, out=out)
-        np.multiply(out, stride, out=out)
-
     def _bilinear(self, layer: GridMapLayer) -> None:
-        k, k0, frac, off0, off1 = self._k, self._k0, self._frac, self._i, self._i1
+        k, k0, frac, idx = self._k, self._k0, self._frac, self._idx
         np.floor(k, out=k0)
         np.subtract(k, k0, out=frac)
-        off0[...] = k0  # integral already; points outside the map are masked later
-        np.add(off0, 1, out=off1)
-        self._axis_offsets(off0[0], layer.outer_start, layer.rows, layer.row_stride, off0[0])
-        self._axis_offsets(off0[1], layer.inner_start, layer.cols, layer.col_stride, off0[1])
-        self._axis_offsets(off1[0], layer.outer_start, layer.rows, layer.row_stride, off1[0])
-        self._axis_offsets(off1[1], layer.inner_start, layer.cols, layer.col_stride, off1[1])
-        flat, w = self._flat, self._w
-        # corners in order (x0, y0), (x0, y1), (x1, y0), (x1, y1)
-        np.add(off0[0], off0[1], out=flat[0])
-        np.add(off0[0], off1[1], out=flat[1])
-        np.add(off1[0], off0[1], out=flat[2])
-        np.add(off1[0], off1[1], out=flat[3])
-        fx, fy = frac[0], frac[1]
-        np.subtract(1.0, fx, out=w[0])
-        np.multiply(w[0], fy, out=w[1])  # (1 - fx) fy
-        np.subtract(w[0], w[1], out=w[0])  # (1 - fx)(1 - fy)
-        np.multiply(fx, fy, out=w[3])  # fx fy
-        np.subtract(fx, w[3], out=w[2])  # fx (1 - fy)
-        self._gather_weighted(layer)
+        np.copyto(idx[:, 0], k0, casting="unsafe")  # integral values already
+        np.add(idx[0, 0], 1, out=idx[0, 1])  # per axis: a strided 2-D add would buffer
+        np.add(idx[1, 0], 1, out=idx[1, 1])
+        # Between the outermost cell centres and the border the edge cell is used on both sides.
+        self._clamp(layer)
+        self._gather(layer)
+        wx, wy = self._wx, self._wy
+        np.subtract(1.0, frac[0], out=wx[0])
+        np.copyto(wx[1], frac[0])
+        np.subtract(1.0, frac[1], out=wy[0])
+        np.copyto(wy[1], frac[1])
+        w = self._w
+        for i in (0, 1):  # outer product per corner (a broadcast multiply would allocate buffers)
+            np.multiply(wx[i], wy[0], out=w[i, 0])
+            np.multiply(wx[i], wy[1], out=w[i, 1])
+        self._weighted()
 
     def _nearest(self, layer: GridMapLayer) -> None:
-        off = self._i
+        idx = self._idx
         np.add(self._k, 0.5, out=self._k0)
         np.floor(self._k0, out=self._k0)
-        off[...] = self._k0
-        self._axis_offsets(off[0], layer.outer_start, layer.rows, layer.row_stride, off[0])
-        self._axis_offsets(off[1], layer.inner_start, layer.cols, layer.col_stride, off[1])
-        np.add(off[0], off[1], out=self._flat[0])
-        self._flat[1:] = self._flat[0]
+        np.copyto(idx[:, 0], self._k0, casting="unsafe")
+        np.copyto(idx[:, 1], idx[:, 0])
+        self._clamp(layer)
+        self._gather(layer)
         self._w.fill(0.0)
-        self._w[0] = 1.0
-        self._gather_weighted(layer)
+        self._w[0, 0] = 1.0
+        self._weighted()
 
-    def _gather_weighted(self, layer: GridMapLayer) -> None:
-        v, v64, w, finite, wsum = self._v, self._v64, self._w, self._finite, self._wsum
-        np.take(layer.values, self._flat, out=v)
-        v64[...] = v
-        np.isfinite(v64, out=finite)
-        np.multiply(w, finite, out=w)  # NaN cells get no weight
-        np.copyto(v64, 0.0, where=~finite)
-        np.multiply(v64, w, out=v64)
-        np.sum(w, axis=0, out=wsum)
-        np.sum(v64, axis=0, out=self.heights)
-        np.greater(wsum, 1e-9, out=self.valid)
-        np.logical_and(self.valid, self._inside, out=self.valid)
-        np.maximum(wsum, 1e-9, out=wsum)
-        np.divide(self.heights, wsum, out=self.heights)
+    def _clamp(self, layer: GridMapLayer) -> None:
+        idx = self._idx
+        np.maximum(idx, 0, out=idx)
+        np.minimum(idx[0], layer.rows - 1, out=idx[0])
+        np.minimum(idx[1], layer.cols - 1, out=idx[1])
+
+    def _gather(self, layer: GridMapLayer) -> None:
+        off = self._offsets
+        # mode="clip": indices are in range already, and "raise" would allocate a buffer
+        self._row_table.take(self._idx[0], out=off[0], mode="clip")
+        self._col_table.take(self._idx[1], out=off[1], mode="clip")
+        flat = self._flat
+        for i in (0, 1):
+            np.add(off[0, i], off[1, 0], out=flat[i, 0])
+            np.add(off[0, i], off[1, 1], out=flat[i, 1])
+        layer.values.take(flat, out=self._v, mode="clip")
+
+    def _weighted(self) -> None:
+        v, v64, w = self._v, self._v64, self._w
+        np.copyto(v64, v)
+        if math.isnan(
+            self._v_flat.dot(self._ones)
+        ):  # NaN propagates through the dot product  # NaN cells get no weight; renormalise over the remaining corners
+            finite = self._finite
+            np.isfinite(v64, out=finite)
+            np.multiply(w, finite, out=w)
+            np.copyto(v64, 0.0, where=~finite)
+            np.multiply(v64, w, out=v64)
+            self._sum_corners(self._w4, self._wsum)
+            self._sum_corners(self._v4, self.heights)
+            np.greater(self._wsum, 1e-9, out=self.valid)
+            np.logical_and(self.valid, self._inside, out=self.valid)
+            np.maximum(self._wsum, 1e-9, out=self._wsum)
+            np.divide(self.heights, self._wsum, out=self.heights)
+        else:
+            np.multiply(v64, w, out=v64)
+            self._sum_corners(self._v4, self.heights)
+            np.copyto(self.valid, self._inside)
+
+    @staticmethod
+    def _sum_corners(values: np.ndarray, out: np.ndarray) -> None:
+        np.add(values[0], values[1], out=out)
+        np.add(out, values[2], out=out)
+        np.add(out, values[3], out=out)
 
     def _finish(self) -> np.ndarray:
         count = int(np.count_nonzero(self.valid))

@@ -95,9 +95,8 @@ class JointStateReader:
     def __init__(self, joint_names: Sequence[str]):
         self.joint_names = tuple(joint_names)
         n = len(self.joint_names)
-        self.position = np.full(n, np.nan)
-        self.velocity = np.full(n, np.nan)
-        self.effort = np.full(n, np.nan)
+        self.values = np.full((3, n), np.nan)  # rows: position, velocity, effort
+        self.position, self.velocity, self.effort = self.values
         self.has_velocity = False
         self.has_effort = False
         self.stamp = math.nan
@@ -130,20 +129,24 @@ class JointStateReader:
         empty (then NaN, with ``has_velocity`` / ``has_effort`` False).
         """
         index, count = self._layout(msg.name)
-        fields = (("position", self.position), ("velocity", self.velocity), ("effort", self.effort))
-        present = []
-        for field_name, out in fields:
-            values = as_array(getattr(msg, field_name))
-            if len(values) == count:
-                np.take(values, index, out=out)
-                present.append(True)
-            elif len(values) == 0 and field_name != "position":
-                out.fill(np.nan)
-                present.append(False)
-            else:
-                raise MessageError(f"JointState.{field_name} has {len(values)} values for {count} names")
-        self.has_velocity, self.has_effort = present[1], present[2]
+        position = as_array(msg.position)
+        if len(position) != count:
+            raise MessageError(f"JointState.position has {len(position)} values for {count} names")
+        position.take(index, out=self.position, mode="clip")  # "raise" would allocate; index is valid
+        self.has_velocity = self._optional(msg.velocity, "velocity", index, count, self.velocity)
+        self.has_effort = self._optional(msg.effort, "effort", index, count, self.effort)
         self.stamp = stamp_to_seconds(msg.header.stamp)
+
+    @staticmethod
+    def _optional(values: Any, field_name: str, index: np.ndarray, count: int, out: np.ndarray) -> bool:
+        values = as_array(values)
+        if len(values) == count:
+            values.take(index, out=out, mode="clip")
+            return True
+        if len(values) == 0:
+            out.fill(np.nan)
+            return False
+        raise MessageError(f"JointState.{field_name} has {len(values)} values for {count} names")
 
     def arrays(self) -> JointStateArrays:
         """A copy of the last read values."""
@@ -585,3 +588,49 @@ def grid_map_msg(
         outer_start_index=int(outer_start),
         inner_start_index=int(inner_start),
     )
+
+
+def joint_command_msg(factory: MessageFactory, command: Any, stamp: float | None = None) -> Any:
+    """A controller command (``joint_names``, ``position``, ``velocity``, ``effort``) as a JointState.
+
+    Legs carry their position target (velocity target 0), wheels their velocity target (position:
+    the measured one); see :mod:`aow_policy.controller` for what each state sends.
+    """
+    return joint_state_msg(
+        factory,
+        command.joint_names,
+        command.position,
+        command.velocity,
+        command.effort,
+        stamp=command.stamp if stamp is None else stamp,
+    )
+
+
+class Ros2ControlCommands:
+    """Splits a command into the two Float64MultiArray messages of ros2_control forward controllers.
+
+    ``leg_joints`` and ``wheel_joints`` are the joint lists of the leg position controller and the
+    wheel velocity controller, in those controllers' order (matched to the command by name).
+    """
+
+    def __init__(self, command_joints: Sequence[str], leg_joints: Sequence[str], wheel_joints: Sequence[str]):
+        lookup = {n: i for i, n in enumerate(command_joints)}
+        unknown = [n for n in (*leg_joints, *wheel_joints) if n not in lookup]
+        if unknown:
+            raise MessageError(f"ros2_control joints {unknown} are not joints of the controller")
+        self.leg_joints, self.wheel_joints = tuple(leg_joints), tuple(wheel_joints)
+        self._legs = np.array([lookup[n] for n in leg_joints], dtype=np.intp)
+        self._wheels = np.array([lookup[n] for n in wheel_joints], dtype=np.intp)
+
+    def leg_positions(self, command: Any) -> np.ndarray:
+        return command.position[self._legs]
+
+    def wheel_velocities(self, command: Any) -> np.ndarray:
+        return command.velocity[self._wheels]
+
+    def messages(self, factory: MessageFactory, command: Any) -> tuple[Any, Any]:
+        """(leg position command, wheel velocity command)."""
+        return (
+            float64_multi_array_msg(factory, self.leg_positions(command)),
+            float64_multi_array_msg(factory, self.wheel_velocities(command)),
+        )

@@ -1,0 +1,603 @@
+"""The controller core: inputs in, one joint command per control period out, failing safe.
+
+State machine::
+
+    ZERO_TORQUE / DAMPING --start()--> STAND_UP --(stand-up done, inputs fresh)--> POLICY
+    STAND_UP / POLICY --(any fault, or stop())--> DAMPING;  ZERO_TORQUE --stop()--> DAMPING
+
+* ZERO_TORQUE: kp = kd = 0; targets track the measured state (position and velocity), so a
+  driver that applies its own PD gains to the targets also produces no torque.
+* DAMPING: kp = 0, kd = the contract's kd, velocity target 0; position targets track the last
+  valid measured position, so a driver with fixed gains produces (close to) pure damping.
+* STAND_UP: legs interpolate (smoothstep) from the pose measured at ``start()`` to the default
+  pose over ``stand_up_duration``; the last stand-up command is exactly the default pose.
+* POLICY: observation from the policy's own layout, ONNX inference, action -> joint targets from
+  the policy contract: ``clip(offset + scale * clip(action, -action_clip, action_clip), low, high)``.
+
+Faults (-> DAMPING, latched with a reason until the next ``start()``): a robot-state input older
+than its maximum age (joint states in STAND_UP and POLICY; odometry and the height map in
+POLICY), a refused message (missing joints, malformed map), NaN or implausible values in any
+input (command included), a height scan with too little map data, an old map, odometry and map
+in different frames, a non-finite or failing policy output. A stale or absent velocity command
+is not a fault: the policy gets a zero command.
+
+Every command is clipped to the contract's ranges: positions to the joint position limits and
+the policy's action [low, high], velocities to the joint velocity limits and the action range.
+``step()`` allocates no arrays: all buffers are preallocated here.
+"""
+
+from __future__ import annotations
+
+import enum
+import inspect
+import math
+from dataclasses import dataclass, fields
+from typing import Any, Protocol
+
+import numpy as np
+
+from aow_policy.heightmap import SAMPLING_METHODS, HeightScanError, HeightScanner
+from aow_policy.messages import (
+    TWIST_FRAMES,
+    BaseState,
+    GridMapLayer,
+    JointStateReader,
+    MessageError,
+    grid_map_layer,
+    read_odometry,
+    twist_to_command,
+)
+from aow_policy.observation import ObservationBuilder, RobotInputs
+from aow_policy.policy_contract import PolicyContract, check_fits_robot, parse_contract
+from aow_policy.robot import Robot
+
+
+class ControllerState(enum.Enum):
+    ZERO_TORQUE = "ZERO_TORQUE"
+    DAMPING = "DAMPING"
+    STAND_UP = "STAND_UP"
+    POLICY = "POLICY"
+
+
+ACTIVE_STATES = (ControllerState.STAND_UP, ControllerState.POLICY)
+INPUTS = ("joint_states", "odometry", "height_map", "command")
+
+
+class Policy(Protocol):
+    """What the core needs of a policy (:class:`aow_policy.policy.PolicyRunner` is one)."""
+
+    contract: dict[str, Any]
+    obs_dim: int
+    num_actions: int
+
+    def __call__(self, obs: np.ndarray) -> np.ndarray: ...
+
+
+class ConfigError(ValueError):
+    """A controller setting is out of its range; the message names it."""
+
+
+@dataclass(frozen=True)
+class ControllerConfig:
+    """Settings of the core (the node exposes each as a parameter of the same name)."""
+
+    stand_up_duration: float = 2.0  # s, measured pose -> default pose
+    initial_state: str = "ZERO_TORQUE"  # or DAMPING
+    joint_states_max_age: float = 0.05  # s since the last accepted JointState
+    odometry_max_age: float = 0.05  # s since the last accepted Odometry
+    height_map_max_age: float = 0.5  # s since the last accepted GridMap
+    height_map_stamp_max_age: float = 1.0  # s between the map's header stamp and now; <= 0: unchecked
+    command_max_age: float = 0.5  # s; older -> zero velocity command
+    height_map_layer: str = "elevation"
+    height_sampling: str = "bilinear"  # or nearest
+    min_height_valid_fraction: float = 0.5  # share of scan points that must have map data
+    twist_frame: str = "child"  # Odometry twist frame: child (REP 105) or parent
+    joint_position_margin: float = 0.2  # rad a measurement may lie beyond the position limits
+    joint_velocity_factor: float = 2.0  # |measured velocity| up to this times the actuator limit
+    max_base_linear_speed: float = 10.0  # m/s, plausibility of odometry
+    max_base_angular_speed: float = 20.0  # rad/s
+    quaternion_norm_tolerance: float = 0.1  # | |q| - 1 | above this: corrupt orientation
+    check_frames: bool = True  # odometry header.frame_id must equal the map's frame_id
+
+    def __post_init__(self) -> None:
+        positive = (
+            "joint_states_max_age",
+            "odometry_max_age",
+            "height_map_max_age",
+            "command_max_age",
+            "joint_position_margin",
+            "quaternion_norm_tolerance",
+        )
+        for name in positive:
+            value = getattr(self, name)
+            if not (isinstance(value, int | float) and math.isfinite(value) and value > 0):
+                raise ConfigError(f"controller setting {name} must be a positive number, got {value!r}")
+        if not (math.isfinite(self.stand_up_duration) and self.stand_up_duration >= 0):
+            raise ConfigError(f"stand_up_duration must be >= 0 s, got {self.stand_up_duration!r}")
+        for name in ("joint_velocity_factor", "max_base_linear_speed", "max_base_angular_speed"):
+            if not getattr(self, name) > 0:
+                raise ConfigError(f"controller setting {name} must be positive, got {getattr(self, name)!r}")
+        if self.initial_state not in ("ZERO_TORQUE", "DAMPING"):
+            raise ConfigError(f"initial_state must be ZERO_TORQUE or DAMPING, got {self.initial_state!r}")
+        if self.height_sampling not in SAMPLING_METHODS:
+            raise ConfigError(f"height_sampling must be one of {SAMPLING_METHODS}, got {self.height_sampling!r}")
+        if not 0 < self.min_height_valid_fraction <= 1:
+            raise ConfigError(f"min_height_valid_fraction must be in (0, 1], got {self.min_height_valid_fraction!r}")
+        if self.twist_frame not in TWIST_FRAMES:
+            raise ConfigError(f"twist_frame must be one of {TWIST_FRAMES}, got {self.twist_frame!r}")
+
+    @classmethod
+    def from_mapping(cls, values: dict[str, Any]) -> ControllerConfig:
+        """Build from a parameter dict, ignoring keys that are not core settings."""
+        names = {f.name for f in fields(cls)}
+        return cls(**{k: v for k, v in values.items() if k in names})
+
+
+@dataclass
+class JointCommand:
+    """One command for every joint in contract order (targets, gains, zero feed-forward).
+
+    ``has_measurement`` is False until a valid JointState has arrived: without one there is no
+    safe target to publish (the node publishes nothing then).
+    """
+
+    joint_names: tuple[str, ...]
+    position: np.ndarray
+    velocity: np.ndarray
+    effort: np.ndarray
+    kp: np.ndarray
+    kd: np.ndarray
+    state: ControllerState = ControllerState.ZERO_TORQUE
+    stamp: float = math.nan
+    has_measurement: bool = False
+    fault: str | None = None
+
+    @classmethod
+    def zeros(cls, joint_names: tuple[str, ...]) -> JointCommand:
+        n = len(joint_names)
+        return cls(joint_names, *(np.zeros(n) for _ in range(5)))
+
+
+@dataclass
+class InputStatus:
+    received: float = -math.inf  # time the last accepted message arrived
+    accepted: int = 0
+    refused: int = 0
+    last_error: str | None = None
+    valid: bool = False  # the latest message was accepted
+
+
+@dataclass
+class _Ranges:
+    position_low: np.ndarray
+    position_high: np.ndarray
+    velocity_low: np.ndarray
+    velocity_high: np.ndarray
+
+
+def _contract_of(policy: Any) -> PolicyContract:
+    parsed = getattr(policy, "policy_contract", None)
+    return parsed if isinstance(parsed, PolicyContract) else parse_contract(policy.contract)
+
+
+class ControllerCore:
+    """The controller state machine; drive it with ``on_*`` messages and one ``step(now)`` per period.
+
+    Times are seconds on one clock chosen by the caller (ROS time in the node, simulation time in
+    sim-to-sim); message header stamps are compared with it only for the map's age.
+    """
+
+    def __init__(self, robot: Robot, policy: Policy, config: ControllerConfig | None = None):
+        self.robot = robot
+        self.policy = policy
+        self.config = config if config is not None else ControllerConfig()
+        contract = _contract_of(policy)
+        check_fits_robot(contract, robot, source=getattr(policy, "source", "policy"))
+        if (policy.obs_dim, policy.num_actions) != (contract.obs_dim, contract.num_actions):
+            raise ValueError(
+                f"policy has obs_dim {policy.obs_dim} and {policy.num_actions} actions, its contract says "
+                f"{contract.obs_dim} and {contract.num_actions}"
+            )
+        self.contract = contract
+        self.policy_dt = robot.rates.policy_dt
+        cfg = self.config
+        n = len(robot.joints)
+        self.joint_names = robot.joint_names
+        self._legs = np.array([j.kind == "leg" for j in robot.joints])
+
+        # action i drives joint action_joint[i]; position or velocity target
+        self._action_joint = robot.index_of(contract.joint_names)
+        is_pos = np.array([a.mode == "position" for a in contract.actions])
+        self._pos_actions, self._vel_actions = np.flatnonzero(is_pos), np.flatnonzero(~is_pos)
+        self._pos_joints, self._vel_joints = self._action_joint[is_pos], self._action_joint[~is_pos]
+        self._pos_mask, self._vel_mask = np.zeros(n, dtype=bool), np.zeros(n, dtype=bool)
+        self._pos_mask[self._pos_joints] = True
+        self._vel_mask[self._vel_joints] = True
+        self._undriven_mask = ~(self._pos_mask | self._vel_mask)
+        self._any_undriven = bool(self._undriven_mask.any())
+        self._pos_buf, self._vel_buf = np.zeros(len(self._pos_joints)), np.zeros(len(self._vel_joints))
+        self._action_scale = contract.action_scales
+        self._action_offset = contract.action_offsets
+        self._action_low, self._action_high = contract.action_low, contract.action_high
+        self._action_clip = contract.action_clip
+        self.ranges = self._command_ranges()
+
+        # plausibility bounds of measurements
+        self._meas_pos_low = robot.position_lower - cfg.joint_position_margin
+        self._meas_pos_high = robot.position_upper + cfg.joint_position_margin
+        self._meas_vel_limit = robot.velocity_limits * cfg.joint_velocity_factor
+        # the same bounds as centre +- half-width, rows position and velocity; "unbounded" is a
+        # huge finite half-width so that inf still fails the test
+        big = np.finfo(np.float64).max / 4
+        low = np.where(np.isfinite(self._meas_pos_low), self._meas_pos_low, -big)
+        high = np.where(np.isfinite(self._meas_pos_high), self._meas_pos_high, big)
+        self._meas_center = np.stack([0.5 * (low + high), np.zeros(n)])
+        self._meas_half = np.stack([0.5 * (high - low), self._meas_vel_limit])
+        self._deviation = np.zeros((2, n))
+        self._meas_ok = np.zeros((2, n), dtype=bool)
+
+        # inputs
+        self.inputs = RobotInputs(n, contract.num_actions, robot.height_scan.num_points)
+        self.builder = ObservationBuilder(contract.observation, robot, contract.num_actions)
+        self.scanner: HeightScanner | None = None
+        if self.builder.needs_height_scan:
+            self.scanner = HeightScanner(robot.height_scan, cfg.height_sampling, cfg.min_height_valid_fraction)
+            self.inputs.heights = self.scanner.heights  # the builder reads the scanner's buffer directly
+        self._joint_reader = JointStateReader(robot.joint_names)
+        self._base = BaseState()
+        self._command_in = np.zeros(3)
+        self._map: GridMapLayer | None = None
+        self.status = {name: InputStatus() for name in INPUTS}
+        self._pending_fault: str | None = None
+        self._measured_position = np.zeros(n)  # last valid measurement
+        self._measured_velocity = np.zeros(n)
+        self._has_measurement = False
+
+        # outputs and work buffers
+        self.command = JointCommand.zeros(robot.joint_names)
+        self._action = np.zeros(contract.num_actions)
+        self._targets = np.zeros(contract.num_actions)
+        self._policy_out = np.zeros(contract.num_actions, dtype=np.float32)
+        self._finite_actions = np.zeros(contract.num_actions, dtype=bool)
+        self._policy_takes_out = "out" in inspect.signature(policy.__call__).parameters
+        self._stand_q0 = np.zeros(n)
+        self._stand_tmp = np.zeros(n)
+        self._stand_t0 = 0.0
+        self._stand_done = False
+
+        self.state = ControllerState(cfg.initial_state)
+        self.fault: str | None = None
+        self.command_active = False  # the last policy step used a fresh velocity command
+        self.policy_steps = 0
+        self.transitions: list[tuple[float, ControllerState, str]] = []
+
+    # ---- ranges --------------------------------------------------------------------------
+    def _command_ranges(self) -> _Ranges:
+        r = self.robot
+        pos_low, pos_high = r.position_lower.copy(), r.position_upper.copy()
+        vel_low, vel_high = -r.velocity_limits, r.velocity_limits.copy()
+        for a, j in zip(self.contract.actions, self._action_joint, strict=True):
+            if a.mode == "position":
+                pos_low[j], pos_high[j] = max(pos_low[j], a.low), min(pos_high[j], a.high)
+            else:
+                vel_low[j], vel_high[j] = max(vel_low[j], a.low), min(vel_high[j], a.high)
+        if np.any(pos_low > pos_high) or np.any(vel_low > vel_high):
+            raise ValueError("the policy's action ranges do not overlap the robot's joint limits")
+        return _Ranges(pos_low, pos_high, vel_low, vel_high)
+
+    # ---- inputs --------------------------------------------------------------------------
+    def _refuse(self, name: str, reason: str) -> bool:
+        st = self.status[name]
+        st.refused += 1
+        st.valid = False
+        st.last_error = reason
+        if self._pending_fault is None:
+            self._pending_fault = f"{name}: {reason}"
+        return False
+
+    def _accept(self, name: str, now: float) -> bool:
+        st = self.status[name]
+        st.accepted += 1
+        st.valid = True
+        st.received = now
+        return True
+
+    def on_joint_state(self, msg: Any, now: float) -> bool:
+        """sensor_msgs/JointState (by name; any order; extra joints ignored). False if refused."""
+        reader = self._joint_reader
+        try:
+            reader.read(msg)
+        except MessageError as e:
+            return self._refuse("joint_states", str(e))
+        pos, vel = reader.position, reader.velocity
+        if not reader.has_velocity:
+            return self._refuse("joint_states", "JointState has no velocities")
+        # One test for NaN, inf and implausible values: |x - centre| <= half-width fails for all of them.
+        dev = self._deviation
+        np.subtract(reader.values[:2], self._meas_center, out=dev)
+        np.abs(dev, out=dev)
+        if not np.less_equal(dev, self._meas_half, out=self._meas_ok).all():
+            return self._refuse("joint_states", self._joint_problem(pos, vel))
+        np.copyto(self._measured_position, pos)
+        np.copyto(self._measured_velocity, vel)
+        np.copyto(self.inputs.joint_position, pos)
+        np.copyto(self.inputs.joint_velocity, vel)
+        self._has_measurement = True
+        return self._accept("joint_states", now)
+
+    def _joint_problem(self, pos: np.ndarray, vel: np.ndarray) -> str:
+        def names(mask: np.ndarray) -> list[str]:
+            return [self.joint_names[i] for i in np.flatnonzero(mask)]
+
+        nonfinite = ~(np.isfinite(pos) & np.isfinite(vel))
+        if nonfinite.any():
+            return f"non-finite values for {names(nonfinite)}"
+        outside = (pos < self._meas_pos_low) | (pos > self._meas_pos_high)
+        if outside.any():
+            return f"positions outside the joint limits (+ margin) for {names(outside)}"
+        return f"implausible velocities for {names(np.abs(vel) > self._meas_vel_limit)}"
+
+    def on_odometry(self, msg: Any, now: float) -> bool:
+        """nav_msgs/Odometry: base pose, base-frame twist. False if refused."""
+        base = self._base
+        try:
+            read_odometry(msg, base, self.config.twist_frame)
+        except (AttributeError, TypeError, ValueError) as e:
+            return self._refuse("odometry", f"malformed Odometry ({e})")
+        # NaN and inf propagate through the sums
+        total = base.position.sum() + base.orientation_xyzw.sum() + base.linear_velocity.sum()
+        if not math.isfinite(total + base.angular_velocity.sum()):
+            return self._refuse("odometry", "non-finite values in pose or twist")
+        if abs(base.quaternion_norm - 1.0) > self.config.quaternion_norm_tolerance:
+            return self._refuse("odometry", f"orientation quaternion has norm {base.quaternion_norm:.3f}")
+        lin = math.sqrt(base.linear_velocity.dot(base.linear_velocity))
+        ang = math.sqrt(base.angular_velocity.dot(base.angular_velocity))
+        if lin > self.config.max_base_linear_speed or ang > self.config.max_base_angular_speed:
+            return self._refuse("odometry", f"implausible base velocity ({lin:.2f} m/s, {ang:.2f} rad/s)")
+        inp = self.inputs
+        np.copyto(inp.base_position, base.position)
+        np.copyto(inp.base_linear_velocity, base.linear_velocity)
+        np.copyto(inp.base_angular_velocity, base.angular_velocity)
+        np.copyto(inp.projected_gravity, base.projected_gravity)
+        return self._accept("odometry", now)
+
+    @property
+    def base_yaw(self) -> float:
+        return self._base.yaw
+
+    def on_command(self, msg: Any, now: float) -> bool:
+        """geometry_msgs/Twist velocity command, clipped to the contract's ranges. NaN is a fault."""
+        cmd = self.robot.commands
+        try:
+            twist_to_command(msg, cmd.low, cmd.high, out=self._command_in)
+        except (AttributeError, TypeError, ValueError) as e:
+            return self._refuse("command", f"malformed Twist ({e})")
+        if not all(math.isfinite(v) for v in self._command_in):
+            self._command_in.fill(0.0)
+            return self._refuse("command", "non-finite velocity command")
+        return self._accept("command", now)
+
+    def on_grid_map(self, msg: Any, now: float) -> bool:
+        """grid_map_msgs/GridMap (the configured layer). False if refused."""
+        try:
+            layer = grid_map_layer(msg, self.config.height_map_layer)
+        except (MessageError, AttributeError, TypeError) as e:
+            return self._refuse("height_map", str(e))
+        self._map = layer
+        return self._accept("height_map", now)
+
+    # ---- services ------------------------------------------------------------------------
+    def start(self, now: float) -> tuple[bool, str]:
+        """ZERO_TORQUE/DAMPING -> STAND_UP (needs a fresh, valid JointState)."""
+        if self.state in ACTIVE_STATES:
+            return True, f"already {self.state.value}"
+        js = self.status["joint_states"]
+        if not self._has_measurement or not js.valid:
+            return False, f"cannot start: no valid joint state ({js.last_error or 'none received'})"
+        age = now - js.received
+        if age > self.config.joint_states_max_age:
+            return False, f"cannot start: joint states are {age:.3f} s old (max {self.config.joint_states_max_age} s)"
+        np.copyto(self._stand_q0, self._measured_position)
+        self._stand_t0 = now
+        self._stand_done = False
+        self._pending_fault = None
+        self.fault = None
+        self.inputs.last_action.fill(0.0)
+        self._transition(now, ControllerState.STAND_UP, "start requested")
+        return True, f"standing up over {self.config.stand_up_duration} s"
+
+    def stop(self, now: float, reason: str = "stop requested") -> tuple[bool, str]:
+        """Any state -> DAMPING."""
+        self._enter_damping(now, reason, is_fault=False)
+        return True, "damping"
+
+    # ---- the control step ----------------------------------------------------------------
+    def step(self, now: float) -> JointCommand:
+        """The command for this control period (the returned object is reused)."""
+        if self.state in ACTIVE_STATES:
+            fault = self._pending_fault or self._watchdog(now)
+            if fault is not None:
+                self._enter_damping(now, fault)
+        self._pending_fault = None  # refused inputs outside the active states are only counted
+
+        if self.state is ControllerState.STAND_UP:
+            self._stand_up(now)
+        elif self.state is ControllerState.POLICY:
+            fault = self._policy(now)
+            if fault is not None:
+                self._enter_damping(now, fault)
+        if self.state is ControllerState.DAMPING:
+            self._passive(damping=True)
+        elif self.state is ControllerState.ZERO_TORQUE:
+            self._passive(damping=False)
+
+        cmd = self.command
+        r = self.ranges
+        np.maximum(cmd.position, r.position_low, out=cmd.position)
+        np.minimum(cmd.position, r.position_high, out=cmd.position)
+        np.maximum(cmd.velocity, r.velocity_low, out=cmd.velocity)
+        np.minimum(cmd.velocity, r.velocity_high, out=cmd.velocity)
+        cmd.state = self.state
+        cmd.stamp = now
+        cmd.has_measurement = self._has_measurement
+        cmd.fault = self.fault
+
+        if self.state is ControllerState.STAND_UP and self._stand_done:
+            missing = self._policy_inputs_problem(now)
+            if missing is None:
+                self._transition(now, ControllerState.POLICY, "stand-up done")
+            else:
+                self._enter_damping(now, f"cannot enter POLICY: {missing}")
+        return cmd
+
+    def _watchdog(self, now: float) -> str | None:
+        problem = self._age_problem("joint_states", self.config.joint_states_max_age, now)
+        if problem is None and self.state is ControllerState.POLICY:
+            problem = self._policy_inputs_problem(now)
+        return problem
+
+    def _age_problem(self, name: str, max_age: float, now: float) -> str | None:
+        st = self.status[name]
+        if st.received == -math.inf:
+            return f"{name}: none received"
+        age = now - st.received
+        if age > max_age:
+            return f"{name}: {age:.3f} s old (max {max_age} s)"
+        return None
+
+    def _policy_inputs_problem(self, now: float) -> str | None:
+        cfg = self.config
+        problem = self._age_problem("odometry", cfg.odometry_max_age, now)
+        if problem is None and self.scanner is not None:
+            problem = self._age_problem("height_map", cfg.height_map_max_age, now)
+            if problem is None and cfg.height_map_stamp_max_age > 0:
+                age = now - self._map.stamp
+                if age > cfg.height_map_stamp_max_age:
+                    problem = f"height_map: header stamp is {age:.3f} s old (max {cfg.height_map_stamp_max_age} s)"
+            if problem is None and cfg.check_frames:
+                map_frame, odom_frame = self._map.frame_id, self._base.frame_id
+                if map_frame and odom_frame and map_frame != odom_frame:
+                    problem = f"height_map: frame {map_frame!r} differs from the odometry frame {odom_frame!r}"
+        return problem
+
+    def _stand_up(self, now: float) -> None:
+        cmd = self.command
+        duration = self.config.stand_up_duration
+        s = 1.0 if duration <= 0 else min(max((now - self._stand_t0) / duration, 0.0), 1.0)
+        a = s * s * (3.0 - 2.0 * s)  # smoothstep: zero velocity at both ends, exactly 1 at s = 1
+        legs = self._legs
+        # (1 - a) q0 + a q_default: at a = 1 the first product is exactly 0, so the sum is the default
+        np.multiply(self._stand_q0, 1.0 - a, out=self._stand_tmp)
+        np.multiply(self.robot.default_positions, a, out=cmd.position)
+        np.add(cmd.position, self._stand_tmp, out=cmd.position)
+        np.copyto(cmd.position, self._measured_position, where=~legs)  # wheels: no position target
+        cmd.velocity.fill(0.0)
+        np.copyto(cmd.kp, self.robot.kp)
+        np.copyto(cmd.kd, self.robot.kd)
+        cmd.effort.fill(0.0)
+        self._stand_done = s >= 1.0
+
+    def _policy(self, now: float) -> str | None:
+        inputs, cfg = self.inputs, self.config
+        fresh = now - self.status["command"].received <= cfg.command_max_age
+        self.command_active = fresh
+        if fresh:
+            np.copyto(inputs.command, self._command_in)
+        else:
+            inputs.command.fill(0.0)
+        if self.scanner is not None:
+            try:
+                self.scanner.scan(self._map, inputs.base_position[0], inputs.base_position[1], self._base.yaw)
+            except HeightScanError as e:
+                return f"height_map: {e}"
+            if not self.scanner.is_usable:
+                return (
+                    f"height_map: only {self.scanner.valid_fraction:.0%} of the scan points have map data "
+                    f"(min {cfg.min_height_valid_fraction:.0%})"
+                )
+        obs = self.builder.build(inputs)
+        try:
+            if self._policy_takes_out:
+                actions = self.policy(obs, out=self._policy_out)
+            else:
+                actions = self.policy(obs)
+        except Exception as e:  # any failure of inference must end in DAMPING, never in a crash
+            return f"policy: {type(e).__name__}: {e}"
+        a = self._action
+        try:
+            np.copyto(a, actions)
+        except (ValueError, TypeError):
+            return f"policy: returned shape {np.shape(actions)}, expected ({len(a)},)"
+        if not np.isfinite(a, out=self._finite_actions).all():
+            return "policy: non-finite action"
+        if self._action_clip is not None:
+            np.maximum(a, -self._action_clip, out=a)
+            np.minimum(a, self._action_clip, out=a)
+        np.copyto(inputs.last_action, a)
+        t = self._targets
+        np.multiply(a, self._action_scale, out=t)
+        np.add(t, self._action_offset, out=t)
+        np.maximum(t, self._action_low, out=t)
+        np.minimum(t, self._action_high, out=t)
+
+        cmd = self.command
+        # scatter without temporaries: position targets of legs, velocity targets of wheels
+        t.take(self._pos_actions, out=self._pos_buf, mode="clip")
+        cmd.position.put(self._pos_joints, self._pos_buf)
+        t.take(self._vel_actions, out=self._vel_buf, mode="clip")
+        cmd.velocity.put(self._vel_joints, self._vel_buf)
+        np.copyto(cmd.velocity, 0.0, where=self._pos_mask)
+        np.copyto(cmd.position, self._measured_position, where=self._vel_mask)
+        if self._any_undriven:  # joints no action drives: legs hold the default pose, wheels stop
+            np.copyto(cmd.position, self.robot.default_positions, where=self._undriven_mask & self._legs)
+            np.copyto(cmd.position, self._measured_position, where=self._undriven_mask & ~self._legs)
+            np.copyto(cmd.velocity, 0.0, where=self._undriven_mask)
+        np.copyto(cmd.kp, self.robot.kp)
+        np.copyto(cmd.kd, self.robot.kd)
+        cmd.effort.fill(0.0)
+        self.policy_steps += 1
+        return None
+
+    def _passive(self, damping: bool) -> None:
+        cmd = self.command
+        np.copyto(cmd.position, self._measured_position)
+        cmd.effort.fill(0.0)
+        cmd.kp.fill(0.0)
+        if damping:
+            cmd.velocity.fill(0.0)
+            np.copyto(cmd.kd, self.robot.kd)
+        else:
+            np.copyto(cmd.velocity, self._measured_velocity)
+            cmd.kd.fill(0.0)
+
+    def _enter_damping(self, now: float, reason: str, is_fault: bool = True) -> None:
+        if is_fault:
+            self.fault = reason
+        if self.state is not ControllerState.DAMPING:
+            self._transition(now, ControllerState.DAMPING, reason)
+
+    def _transition(self, now: float, state: ControllerState, reason: str) -> None:
+        self.state = state
+        self.transitions.append((now, state, reason))
+        if len(self.transitions) > 100:
+            del self.transitions[:50]
+
+    # ---- introspection -------------------------------------------------------------------
+    def input_ages(self, now: float) -> dict[str, float]:
+        """Seconds since the last accepted message of each input (inf: none yet)."""
+        return {name: now - st.received for name, st in self.status.items()}
+
+    def diagnostics(self, now: float) -> dict[str, str]:
+        """Key/value pairs for diagnostic_msgs (state, fault, input ages and counters)."""
+        out = {"state": self.state.value, "fault": self.fault or "", "policy_steps": str(self.policy_steps)}
+        for name, st in self.status.items():
+            age = now - st.received
+            out[f"{name}.age_s"] = "never" if math.isinf(age) else f"{age:.4f}"
+            out[f"{name}.accepted"] = str(st.accepted)
+            out[f"{name}.refused"] = str(st.refused)
+            if st.last_error:
+                out[f"{name}.last_error"] = st.last_error
+        out["command.active"] = str(self.command_active)
+        if self.scanner is not None:
+            out["height_scan.valid_fraction"] = f"{self.scanner.valid_fraction:.3f}"
+        return out

@@ -1,0 +1,57 @@
+"""Control-loop timing: period jitter, compute time and overruns, for the nodes' diagnostics."""
+
+from __future__ import annotations
+
+import math
+from dataclasses import dataclass, field
+
+import numpy as np
+
+
+@dataclass
+class LoopStats:
+    """Control-loop timing: period jitter, compute time and overruns, over a ring of samples."""
+
+    nominal_period: float
+    window: int = 1000
+    overrun_factor: float = 1.5  # a period longer than this times nominal counts as an overrun
+    periods: np.ndarray = field(init=False)
+    computes: np.ndarray = field(init=False)
+    count: int = 0
+    overruns: int = 0
+    _last_start: float = math.nan
+
+    def __post_init__(self) -> None:
+        self.periods = np.full(self.window, np.nan)
+        self.computes = np.full(self.window, np.nan)
+
+    def record(self, start: float, end: float) -> None:
+        """One loop iteration that started at ``start`` and finished at ``end`` (monotonic s)."""
+        i = self.count % self.window
+        period = start - self._last_start
+        self.periods[i] = period
+        compute = end - start
+        self.computes[i] = compute
+        if compute > self.nominal_period or period > self.overrun_factor * self.nominal_period:
+            self.overruns += 1
+        self._last_start = start
+        self.count += 1
+
+    def summary(self) -> dict[str, float]:
+        n = min(self.count, self.window)
+        periods = self.periods[:n][np.isfinite(self.periods[:n])]
+        computes = self.computes[:n]
+        out: dict[str, float] = {"iterations": float(self.count), "overruns": float(self.overruns)}
+        if len(periods):
+            out |= {
+                "period_mean_ms": 1e3 * float(periods.mean()),
+                "period_jitter_ms": 1e3 * float(periods.std()),
+                "period_max_ms": 1e3 * float(periods.max()),
+            }
+        if n:
+            out |= {
+                "compute_mean_ms": 1e3 * float(computes.mean()),
+                "compute_p99_ms": 1e3 * float(np.percentile(computes, 99)),
+                "compute_max_ms": 1e3 * float(computes.max()),
+            }
+        return out
