@@ -1,0 +1,88 @@
+"""What every simulator backend provides: batched state as torch tensors, stepping, resetting."""
+
+from __future__ import annotations
+
+from dataclasses import dataclass
+from typing import Protocol
+
+import torch
+
+BACKENDS = ("mujoco", "mujoco_warp", "isaacgym")
+
+
+@dataclass
+class SimState:
+    """Batched simulator state after a policy step (batch first, float32, on the env's device).
+
+    Joint arrays follow the backend's ``joint_names`` (the contract's order, present joints only);
+    ``contacts`` follows ``contact_names`` (robot parts other than wheels or feet; > 0 when the
+    part touches anything, self-collision included).
+    """
+
+    base_pos: torch.Tensor  # [N, 3] world
+    base_quat: torch.Tensor  # [N, 4] (w, x, y, z), world
+    base_lin_vel: torch.Tensor  # [N, 3] base frame
+    base_ang_vel: torch.Tensor  # [N, 3] base frame
+    joint_pos: torch.Tensor  # [N, J]
+    joint_vel: torch.Tensor  # [N, J]
+    joint_torque: torch.Tensor  # [N, J] actuator torque (after the actuator's force limit)
+    contacts: torch.Tensor  # [N, C] contact counts of the watched robot parts
+    healthy: torch.Tensor  # [N] bool: False where the simulator blew up or reset itself
+
+
+@dataclass
+class PhysicsRandomization:
+    """Ranges of the per-environment physics randomisation (None: off). Each robot gets new values
+    when it is reset."""
+
+    friction: tuple[float, float] | None = None  # ground friction coefficient
+    added_base_mass: tuple[float, float] | None = None  # kg added to the base
+    kp_scale: tuple[float, float] | None = None  # multiplies the legs' PD stiffness
+    kd_scale: tuple[float, float] | None = None  # multiplies the legs' PD damping (and wheel gains)
+    motor_strength: tuple[float, float] | None = None  # multiplies every actuator's force
+    num_variants: int = 16  # C MuJoCo: distinct randomised models shared by the envs
+
+    @property
+    def enabled(self) -> bool:
+        return any(
+            r is not None
+            for r in (self.friction, self.added_base_mass, self.kp_scale, self.kd_scale, self.motor_strength)
+        )
+
+
+class SimBackend(Protocol):
+    num_envs: int
+    device: torch.device
+    joint_names: tuple[str, ...]
+    contact_names: tuple[str, ...]
+    terminal_contacts: torch.Tensor  # [C] bool: which watched parts end an episode (base, thighs)
+    physics_dt: float
+    decimation: int
+
+    def step(self, targets: torch.Tensor) -> None:
+        """Apply joint targets [N, J] (legs: position, wheels: velocity) for ``decimation`` physics
+        steps; the PD loops run inside the simulator at the physics rate."""
+
+    def state(self) -> SimState:
+        """The state after the last step or reset (tensors owned by the backend; do not modify)."""
+
+    def reset(
+        self,
+        env_ids: torch.Tensor,
+        base_pos: torch.Tensor,
+        base_quat: torch.Tensor,
+        base_lin_vel: torch.Tensor,
+        base_ang_vel: torch.Tensor,
+        joint_pos: torch.Tensor,
+        joint_vel: torch.Tensor,
+    ) -> None:
+        """Put the given envs into the given state (velocities in the base frame) and refresh
+        their rows of :meth:`state`; other envs are untouched."""
+
+    def push(self, env_ids: torch.Tensor, delta_lin_vel_xy: torch.Tensor) -> None:
+        """Add a world-frame horizontal velocity [n, 2] to the bases of the given envs."""
+
+    def physics_params(self) -> torch.Tensor:
+        """[N, 5] current friction, added mass, kp, kd and strength scales (privileged info)."""
+
+    def close(self) -> None: ...

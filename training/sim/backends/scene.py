@@ -1,0 +1,169 @@
+"""The simulated scene shared by the MuJoCo backends: robot model, terrain, sensors, solver.
+
+Built on :func:`training.sim.model.build_spec`; this module adds what the environment reads
+every policy step as MuJoCo sensors, so one copy of ``sensordata`` per env carries it:
+
+- a contact sensor (data "found": number of contacts) on every robot geom other than the wheels
+  or feet, so undesired contacts, self-collision included, are counted by MuJoCo itself;
+- an actuator-force sensor per actuator (the torque after the actuator's force limit).
+
+Solver settings (why these): pyramidal friction cones with impratio 1 and the Newton solver are
+the model's defaults (see ``training.sim.model._set_options``): about 4x faster than elliptic
+cones with impratio 100 on this robot, while its near-rigid ground impedance keeps contacts from
+creeping. Newton converges in a handful of iterations here, so the iteration caps only bound
+the worst case; lowering them changes nothing in normal contact.
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass
+
+import mujoco
+import numpy as np
+
+from aow_policy.robot import Robot, load_robot
+from training.sim.model import BASE_BODY, FLOOR, ModelInfo, build_spec, model_info
+from training.sim.terrain import Terrain
+
+CONES = {"pyramidal": mujoco.mjtCone.mjCONE_PYRAMIDAL, "elliptic": mujoco.mjtCone.mjCONE_ELLIPTIC}
+CONTACT_FOUND = 1  # contact sensor data spec bit: number of matching contacts
+
+
+@dataclass
+class SolverConfig:
+    cone: str = "pyramidal"
+    impratio: float = 1.0
+    iterations: int = 20
+    ls_iterations: int = 20
+
+    def validate(self) -> None:
+        if self.cone not in CONES:
+            raise ValueError(f"sim.solver.cone: expected one of {sorted(CONES)}, got {self.cone!r}")
+        if not self.impratio >= 1.0:
+            raise ValueError(f"sim.solver.impratio: must be >= 1, got {self.impratio}")
+        if self.iterations < 1 or self.ls_iterations < 1:
+            raise ValueError("sim.solver: iterations and ls_iterations must be at least 1")
+
+
+@dataclass
+class Scene:
+    model: mujoco.MjModel
+    info: ModelInfo
+    terrain: Terrain | None
+    contact_names: tuple[str, ...]  # watched geoms (not wheels or feet), columns of SimState.contacts
+    terminal_contacts: np.ndarray  # [C] bool: geoms on the base or a thigh
+    contact_sensor_adr: np.ndarray  # [C] index into sensordata
+    torque_sensor_adr: np.ndarray  # [J] index into sensordata, per joint in info.joint_names order
+    floor_geom_id: int
+
+
+def build_scene(
+    wheeled: bool = True,
+    terrain: Terrain | None = None,
+    solver: SolverConfig | None = None,
+    robot: Robot | None = None,
+) -> Scene:
+    robot = robot if robot is not None else load_robot()
+    solver = solver or SolverConfig()
+    solver.validate()
+    heightfield = None
+    if terrain is not None:
+        nx, ny = terrain.heights.shape
+        half = ((nx - 1) * terrain.scale / 2.0, (ny - 1) * terrain.scale / 2.0)
+        if abs(terrain.x0 + half[0]) > 1e-6 or abs(terrain.y0 + half[1]) > 1e-6:
+            raise ValueError("terrain: the height field must be centred on the world origin")
+        heightfield = (terrain.heights.T, half)  # MuJoCo rows run along y
+    spec = build_spec(wheeled=wheeled, robot=robot, heightfield=heightfield)
+    opt = spec.option
+    opt.cone = CONES[solver.cone]
+    opt.impratio = solver.impratio
+    opt.iterations = solver.iterations
+    opt.ls_iterations = solver.ls_iterations
+
+    plain = spec.compile()  # to resolve names before adding sensors
+    info0 = model_info(plain, robot)
+    base_id = info0.base_body_id
+    terminal_bodies = {base_id, *info0.thigh_body_ids.tolist()}
+    names, terminal = [], []
+    for gid in info0.undesired_contact_geom_ids:
+        name = mujoco.mj_id2name(plain, mujoco.mjtObj.mjOBJ_GEOM, int(gid))
+        if not name:
+            raise ValueError(f"robot geom {gid} has no name; contact sensors need named geoms")
+        names.append(name)
+        terminal.append(int(plain.geom_bodyid[gid]) in terminal_bodies)
+        spec.add_sensor(
+            name=f"contact:{name}",
+            type=mujoco.mjtSensor.mjSENS_CONTACT,
+            objtype=mujoco.mjtObj.mjOBJ_GEOM,
+            objname=name,
+            intprm=[CONTACT_FOUND, 0, 1],
+        )
+    for joint in info0.joint_names:
+        spec.add_sensor(
+            name=f"torque:{joint}",
+            type=mujoco.mjtSensor.mjSENS_ACTUATORFRC,
+            objtype=mujoco.mjtObj.mjOBJ_ACTUATOR,
+            objname=joint,
+        )
+    model = spec.compile()
+    info = model_info(model, robot)
+
+    def adr(sensor: str) -> int:
+        sid = mujoco.mj_name2id(model, mujoco.mjtObj.mjOBJ_SENSOR, sensor)
+        return int(model.sensor_adr[sid])
+
+    return Scene(
+        model=model,
+        info=info,
+        terrain=terrain,
+        contact_names=tuple(names),
+        terminal_contacts=np.array(terminal, dtype=bool),
+        contact_sensor_adr=np.array([adr(f"contact:{n}") for n in names], dtype=np.int64),
+        torque_sensor_adr=np.array([adr(f"torque:{j}") for j in info.joint_names], dtype=np.int64),
+        floor_geom_id=int(mujoco.mj_name2id(model, mujoco.mjtObj.mjOBJ_GEOM, FLOOR)),
+    )
+
+
+def base_body(scene: Scene) -> int:
+    return int(mujoco.mj_name2id(scene.model, mujoco.mjtObj.mjOBJ_BODY, BASE_BODY))
+
+
+# ---- physics variants (friction, mass, gains) -------------------------------------------------
+
+PARAM_NAMES = ("friction", "added_base_mass", "kp_scale", "kd_scale", "motor_strength")
+
+
+def nominal_params(scene: Scene) -> np.ndarray:
+    return np.array([scene.model.geom_friction[scene.floor_geom_id, 0], 0.0, 1.0, 1.0, 1.0])
+
+
+def apply_params(model: mujoco.MjModel, scene: Scene, params: np.ndarray) -> None:
+    """Write one set of physics parameters into ``model`` (a copy of the scene's model).
+
+    Friction: the floor has the higher geom priority, so its friction is the contact's.
+    Gains: a position actuator is force = gain*ctrl + bias1*q + bias2*qdot with gain = kp,
+    bias1 = -kp, bias2 = -kd; a velocity actuator has gain = kd, bias2 = -kd. Motor strength
+    scales the whole force, as legged_gym scales its PD torques.
+    """
+    base = scene.model
+    friction, added_mass, kp_scale, kd_scale, strength = (float(p) for p in params)
+    model.geom_friction[scene.floor_geom_id, 0] = friction
+    bid = scene.info.base_body_id
+    model.body_mass[bid] = base.body_mass[bid] + added_mass
+    for aid in scene.info.actuator_ids:
+        gain, bias = base.actuator_gainprm[aid], base.actuator_biasprm[aid]
+        is_position = bias[1] != 0.0
+        stiffness = kp_scale if is_position else kd_scale
+        model.actuator_gainprm[aid, 0] = gain[0] * stiffness * strength
+        model.actuator_biasprm[aid, 1] = bias[1] * kp_scale * strength
+        model.actuator_biasprm[aid, 2] = bias[2] * kd_scale * strength
+
+
+def sample_params(rand, n: int, rng: np.random.Generator, nominal: np.ndarray) -> np.ndarray:
+    """[n, 5] parameter sets drawn uniformly in the configured ranges (nominal where off)."""
+    out = np.tile(nominal, (n, 1))
+    for k, name in enumerate(PARAM_NAMES):
+        rng_range = getattr(rand, name)
+        if rng_range is not None:
+            out[:, k] = rng.uniform(rng_range[0], rng_range[1], size=n)
+    return out
