@@ -268,7 +268,13 @@ def run(
     total_steps = round(cfg.duration * hw_cfg.physics_hz)
     policy_dt = robot.rates.policy_dt
     # The script starts when the controller enters POLICY, one control period after stand-up ends.
-    schedule = resolve_schedule(commands, robot, cfg.duration - cfg.stand_up - policy_dt)
+    length = cfg.duration - cfg.stand_up - policy_dt
+    if commands is None and length <= 0:
+        raise ValueError(
+            f"duration {cfg.duration} s leaves no time for commands after standing up ({cfg.stand_up} s): "
+            f"lengthen the duration or shorten the stand-up"
+        )
+    schedule = resolve_schedule(commands, robot, length)
 
     typestore = get_typestore(DISTROS[cfg.distro])
     factory = MessageFactory.from_typestore(typestore)
