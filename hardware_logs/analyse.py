@@ -9,7 +9,6 @@ one; samples before the first are in phase ``unknown``. Phase names are the lowe
 
 from __future__ import annotations
 
-import math
 from collections.abc import Sequence
 from dataclasses import dataclass, field
 from pathlib import Path
@@ -227,14 +226,14 @@ class BagAnalysis:
         self.velocity_envelope = Envelope(len(names), width)
         self.torque_envelope = Envelope(len(names), width)
         self.phase_time = np.zeros(len(self.phase_names))
-        self.elapsed = 0.0
+        self.elapsed_ns = 0
         self.rows = 0
         self.backwards = 0
         self.gaps = 0
         self.first_issue: dict[str, str] = {}
         self._carry: tuple[np.ndarray, ...] | None = None
         self._last_t: int | None = None
-        self._last_dt = math.nan
+        self._last_dt = -1  # ns; -1: not known yet
         self._max_gap_ns = int(settings.max_gap_s * 1e9)
 
     def push(self, t: np.ndarray, vel: np.ndarray, vel_ok: np.ndarray, eff: np.ndarray, eff_ok: np.ndarray) -> None:
@@ -254,12 +253,12 @@ class BagAnalysis:
         rows = (t, vel, vel_ok, eff, eff_ok, brk)
         if self._carry is not None:
             # The held-back row's successor is this batch's first row.
-            gap = np.array([np.nan if brk[0] else (t[0] - self._carry[0][0]) * 1e-9])
+            gap = np.array([-1 if brk[0] else t[0] - self._carry[0][0]], np.int64)
             self._process(self._carry, gap)
         self._carry = tuple(r[-1:] for r in rows)
         if len(t) > 1:
-            dt = np.diff(t).astype(np.float64) * 1e-9
-            dt[brk[1:]] = np.nan
+            dt = np.diff(t)
+            dt[brk[1:]] = -1
             self._process(tuple(r[:-1] for r in rows), dt)
 
     def _note(self, back: np.ndarray, gap: np.ndarray, t: np.ndarray, prev: np.ndarray) -> None:
@@ -281,40 +280,47 @@ class BagAnalysis:
         return self.rows + (1 if self._carry is not None else 0) + i
 
     def _fill_dt(self, dt: np.ndarray) -> np.ndarray:
-        """Unknown dt (at breaks) take the previous known dt; 0 before the first is known."""
-        known = ~np.isnan(dt)
+        """Unknown intervals (-1, at breaks) take the previous known one; 0 before any is known."""
+        known = dt >= 0
         if known.all():
-            self._last_dt = float(dt[-1])
+            self._last_dt = int(dt[-1])
             return dt
         idx = np.where(known, np.arange(len(dt)), -1)
         np.maximum.accumulate(idx, out=idx)
-        filled = np.where(idx >= 0, dt[np.maximum(idx, 0)], self._last_dt)
+        filled = np.where(idx >= 0, dt[np.maximum(idx, 0)], max(self._last_dt, 0))
         if known.any():
-            self._last_dt = float(dt[known][-1])
-        return np.nan_to_num(filled, nan=0.0)
+            self._last_dt = int(dt[known][-1])
+        return filled
 
-    def _process(self, rows: tuple[np.ndarray, ...], dt: np.ndarray) -> None:
+    def _process(self, rows: tuple[np.ndarray, ...], dt_ns: np.ndarray) -> None:
         t, vel, vel_ok, eff, eff_ok, brk = rows
-        dt = self._fill_dt(dt)
-        elapsed = self.elapsed + np.cumsum(dt) - dt
-        self.elapsed = float(elapsed[-1] + dt[-1])
+        dt_ns = self._fill_dt(dt_ns)
+        # Integer nanoseconds keep the policy bins exact; seconds are derived from them.
+        elapsed_ns = self.elapsed_ns + np.cumsum(dt_ns) - dt_ns
+        self.elapsed_ns = int(elapsed_ns[-1] + dt_ns[-1])
+        elapsed = elapsed_ns * 1e-9
         if self.has_timeline:
             k = np.searchsorted(self.timeline_t, t, side="right") - 1
             phase = np.where(k >= 0, self._timeline_ids[np.maximum(k, 0)], 0)
         else:
             phase = np.zeros(len(t), np.int64)
-        self.phase_time += np.bincount(phase, weights=dt, minlength=len(self.phase_names))
+        # float64 sums of integer nanoseconds are exact (below 2**53 ns), so batching cannot change them.
+        self.phase_time += np.bincount(phase, weights=dt_ns.astype(np.float64), minlength=len(self.phase_names))
         for acc, env, values, ok in (
             (self.velocity, self.velocity_envelope, vel, vel_ok),
             (self.torque, self.torque_envelope, eff, eff_ok),
         ):
-            acc.update(values, ok, dt, elapsed, t, brk, phase)
+            acc.update(values, ok, dt_ns, elapsed_ns, t, brk, phase)
             env.update(elapsed, values, ok & ~np.isnan(values))
         self.rows += len(t)
 
+    @property
+    def elapsed(self) -> float:
+        return self.elapsed_ns * 1e-9
+
     def finish(self) -> None:
         if self._carry is not None:
-            last = np.array([self._last_dt if not math.isnan(self._last_dt) else 0.0])
+            last = np.array([max(self._last_dt, 0)], np.int64)
             carry, self._carry = self._carry, None
             self._process(carry, last)
 
@@ -383,7 +389,7 @@ def analyse_bag(
         return result
     result.ok = True
     result.duration_s = analysis.elapsed
-    result.phase_durations = dict(zip(analysis.phase_names, analysis.phase_time.tolist(), strict=True))
+    result.phase_durations = dict(zip(analysis.phase_names, (analysis.phase_time * 1e-9).tolist(), strict=True))
     result.velocity = analysis.velocity.result()
     result.torque = analysis.torque.result()
     result.velocity_envelope = analysis.velocity_envelope

@@ -40,9 +40,9 @@ def _event_dict(e: np.void, bag_names: Sequence[str], joint_names: Sequence[str]
         "bag": bag_names[int(e["bag"])],
         "joint": joint_names[int(e["joint"])],
         "phase": str(e["phase"]),
-        "start_s": float(e["start_s"]),
+        "start_s": int(e["start_ns"]) * 1e-9,
         "start_stamp_ns": int(e["start_stamp_ns"]),
-        "duration_s": float(e["duration_s"]),
+        "duration_s": float(e["duration_ns"]) * 1e-9,
         "samples": int(e["samples"]),
         "peak": float(e["peak"]),
         "peak_abs": float(e["peak_abs"]),
@@ -64,7 +64,7 @@ def quantity_summary(
             "samples_over": int(q.samples_over[k]),
             "share_over": _ratio(q.samples_over[k], q.samples[k]),
             "events": int(events_per_joint[k]),
-            "time_over_s": float(q.time_over[k]),
+            "time_over_s": float(q.time_over[k]) * 1e-9,
             "peak": float(q.peak[k]),
             "peak_abs": _num(q.peak_abs[k]),
             "nan_samples": int(q.nan_samples[k]),
@@ -78,7 +78,7 @@ def quantity_summary(
         "share_over": _ratio(q.samples_over.sum(), q.samples.sum()),
         "nan_samples": int(q.nan_samples.sum()),
         "events": len(q.events),
-        "time_over_s": float(q.time_over.sum()),
+        "time_over_s": float(q.time_over.sum()) * 1e-9,
         "violations_per_minute": _ratio(len(q.events), duration_s / 60.0) if available else None,
         "over_steps": int(q.over_bins),
         "windows": windows,
@@ -105,7 +105,7 @@ def phase_summaries(
                 "samples_over": over,
                 "share_over": _ratio(over, samples),
                 "events": events,
-                "time_over_s": float(counts.time_over.sum()) if counts else 0.0,
+                "time_over_s": float(counts.time_over.sum()) * 1e-9 if counts else 0.0,
                 "over_steps": int(counts.over_bins) if counts else 0,
                 "violations_per_window": _ratio(counts.over_bins if counts else 0, windows) if q.available else None,
                 "violations_per_minute": _ratio(events, duration / 60.0) if q.available else None,
@@ -115,7 +115,8 @@ def phase_summaries(
 
 
 def _labelled_phases(durations: dict[str, float], has_diagnostics: bool) -> dict[str, float]:
-    return durations if has_diagnostics else {}
+    """Phases worth reporting: none without diagnostics, and none that lasted no time."""
+    return {phase: d for phase, d in durations.items() if d > 0} if has_diagnostics else {}
 
 
 def build_summary(
@@ -260,7 +261,7 @@ def write_events(path: Path, results: Sequence[BagResult]) -> int:
             continue
         quantities = [q for q in (r.velocity, r.torque) if q is not None]
         merged = [(q, e) for q in quantities for e in q.events]
-        merged.sort(key=lambda qe: (float(qe[1]["start_s"]), qe[0].name, int(qe[1]["joint"])))
+        merged.sort(key=lambda qe: (int(qe[1]["start_ns"]), qe[0].name, int(qe[1]["joint"])))
         for q, e in merged:
             k = int(e["joint"])
             writer.writerow(
@@ -269,9 +270,9 @@ def write_events(path: Path, results: Sequence[BagResult]) -> int:
                     q.name,
                     q.joint_names[k],
                     str(e["phase"]),
-                    f"{float(e['start_s']):.6f}",
+                    f"{int(e['start_ns']) * 1e-9:.6f}",
                     int(e["start_stamp_ns"]),
-                    f"{float(e['duration_s']):.6f}",
+                    f"{float(e['duration_ns']) * 1e-9:.6f}",
                     int(e["samples"]),
                     f"{float(e['peak']):.6g}",
                     f"{float(e['peak_abs']):.6g}",

@@ -39,9 +39,9 @@ EVENT_DTYPE = np.dtype(
     [
         ("joint", np.int32),
         ("phase", "U24"),
-        ("start_s", np.float64),  # elapsed time since the bag's first message
+        ("start_ns", np.int64),  # elapsed time since the bag's first message
         ("start_stamp_ns", np.int64),  # the message's own timestamp
-        ("duration_s", np.float64),
+        ("duration_ns", np.float64),  # integer nanoseconds: sums are exact in any order
         ("samples", np.int64),
         ("peak", np.float64),  # largest overrun
         ("peak_abs", np.float64),  # largest |value|
@@ -57,6 +57,10 @@ class Settings:
     max_gap_s: float = 1.0
     worst_events: int = 10
 
+    @property
+    def policy_dt_ns(self) -> int:
+        return round(self.policy_dt * 1e9)
+
 
 @dataclass
 class PhaseCounts:
@@ -64,7 +68,7 @@ class PhaseCounts:
 
     samples: np.ndarray
     samples_over: np.ndarray
-    time_over: np.ndarray
+    time_over: np.ndarray  # ns
     over_bins: int = 0
 
     @classmethod
@@ -88,7 +92,7 @@ class QuantityResult:
     samples: np.ndarray
     samples_over: np.ndarray
     nan_samples: np.ndarray
-    time_over: np.ndarray
+    time_over: np.ndarray  # ns (integer-valued float64, exact below 104 days)
     peak: np.ndarray  # largest overrun per joint (0 if never over)
     peak_abs: np.ndarray  # largest |value| per joint (nan if no sample)
     over_bins: int
@@ -177,8 +181,8 @@ class QuantityAccumulator:
         self,
         values: np.ndarray,
         present: np.ndarray,
-        dt: np.ndarray,
-        elapsed: np.ndarray,
+        dt_ns: np.ndarray,
+        elapsed_ns: np.ndarray,
         stamp_ns: np.ndarray,
         breaks: np.ndarray,
         phase: np.ndarray,
@@ -186,9 +190,9 @@ class QuantityAccumulator:
         """Add rows. ``values``/``present``: (rows, joints); the rest per row.
 
         ``breaks[i]``: row i is not continuous with the row before it (events end there).
-        ``elapsed[i]``: elapsed time at the start of row i; ``phase[i]``: phase id of row i.
+        ``dt_ns[i]``: how long row i holds; ``elapsed_ns[i]``: elapsed time at its start (ns); ``phase[i]``: phase id of row i.
         """
-        n = len(dt)
+        n = len(dt_ns)
         if n == 0:
             return
         self.present_messages += int(present.any(axis=1).sum())
@@ -214,13 +218,13 @@ class QuantityAccumulator:
         if not over.any():
             return  # the common case on a good run: nothing else changes
         excess = np.where(over, violations.overrun(clean, self.limits), 0.0)
-        over_dt = np.where(over, dt[:, None], 0.0)
+        over_dt = np.where(over, dt_ns[:, None].astype(np.float64), 0.0)
         self.samples_over += over.sum(axis=0)
         self.time_over += over_dt.sum(axis=0)
         self.peak = np.maximum(self.peak, excess.max(axis=0))
 
         any_over = over.any(axis=1)
-        bins = np.floor(elapsed / self.settings.policy_dt).astype(np.int64)
+        bins = elapsed_ns // self.settings.policy_dt_ns
         over_rows = np.flatnonzero(any_over)
         over_bins = bins[over_rows]
         new_bin = np.empty(len(over_bins), bool)
@@ -237,7 +241,7 @@ class QuantityAccumulator:
             counts.time_over += over_dt[rows].sum(axis=0)
             counts.over_bins += int(new_bin.sum() if single_phase else new_bin[phase[over_rows] == p].sum())
 
-        self._segment_events(over, excess, magnitude, over_dt, elapsed, stamp_ns, breaks, phase)
+        self._segment_events(over, excess, magnitude, over_dt, elapsed_ns, stamp_ns, breaks, phase)
 
     def _histogram(self, magnitude: np.ndarray, valid: np.ndarray) -> None:
         j = len(self.joint_names)
@@ -254,7 +258,7 @@ class QuantityAccumulator:
         excess: np.ndarray,
         magnitude: np.ndarray,
         over_dt: np.ndarray,
-        elapsed: np.ndarray,
+        elapsed_ns: np.ndarray,
         stamp_ns: np.ndarray,
         breaks: np.ndarray,
         phase: np.ndarray,
@@ -282,17 +286,17 @@ class QuantityAccumulator:
             ev = np.zeros(len(seg), EVENT_DTYPE)
             ev["joint"] = k
             ev["phase"] = self.phase_names[phase[seg]]
-            ev["start_s"] = elapsed[seg]
+            ev["start_ns"] = elapsed_ns[seg]
             ev["start_stamp_ns"] = stamp_ns[seg]
-            ev["duration_s"] = np.add.reduceat(over_dt[:, k], seg)
+            ev["duration_ns"] = np.add.reduceat(over_dt[:, k], seg)
             ev["samples"] = np.add.reduceat(col_over.astype(np.int64), seg)
             ev["peak"] = np.maximum.reduceat(excess[:, k], seg)
             ev["peak_abs"] = np.maximum.reduceat(np.where(col_over, magnitude[:, k], 0.0), seg)
             if carried:
                 prev = self._open_event[k]
-                for name in ("phase", "start_s", "start_stamp_ns"):
+                for name in ("phase", "start_ns", "start_stamp_ns"):
                     ev[name][0] = prev[name]
-                ev["duration_s"][0] += prev["duration_s"]
+                ev["duration_ns"][0] += prev["duration_ns"]
                 ev["samples"][0] += prev["samples"]
                 ev["peak"][0] = max(ev["peak"][0], prev["peak"])
                 ev["peak_abs"][0] = max(ev["peak_abs"][0], prev["peak_abs"])
@@ -313,7 +317,7 @@ class QuantityAccumulator:
     def result(self) -> QuantityResult:
         self.close_events()
         events = np.concatenate(self._events) if self._events else np.zeros(0, EVENT_DTYPE)
-        events = events[np.lexsort((events["joint"], events["start_s"]))]
+        events = events[np.lexsort((events["joint"], events["start_ns"]))]
         phases = {str(self.phase_names[p]): c for p, c in self.phase_counts.items()}
         return QuantityResult(
             name=self.name,
