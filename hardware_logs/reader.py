@@ -117,6 +117,8 @@ class BagSource:
         self.messages_read = 0
         self._reader: Reader | None = None
         self._recovery: McapReader | None = None
+        self._sqlite_recovery: Any = None  # apsw connection to a damaged .db3
+        self._stopped: BaseException | None = None
         self._connections: list[Connection] = []
         self.info: BagInfo
 
@@ -168,6 +170,9 @@ class BagSource:
 
     def _open_recovery(self, error: ReaderError) -> tuple[list[Connection], str | None]:
         """Open a damaged mcap file with rosbags' linear scan, keeping what can be read."""
+        db3 = sorted(self.path.glob("*.db3")) if self.path.is_dir() else [self.path]
+        if db3 and db3[0].suffix == ".db3":
+            return self._open_sqlite_recovery(db3, error)
         files = sorted(self.path.glob("*.mcap")) if self.path.is_dir() else [self.path]
         if self.path.suffix != ".mcap" and not (self.path.is_dir() and files):
             raise BagError(f"{self.path}: cannot open the bag ({_describe(error)})") from error
@@ -194,7 +199,71 @@ class BagSource:
         self._recovery = mcap
         return list(mcap.connections), None
 
+    def _open_sqlite_recovery(self, files: list[Path], error: ReaderError) -> tuple[list[Connection], str | None]:
+        """Open a damaged .db3 directly (read-only) and list its topics, if that much is intact."""
+        import apsw
+        from rosbags.interfaces import ConnectionExtRosbag2, MessageDefinition
+
+        if len(files) != 1:
+            raise BagError(f"{self.path}: cannot open the bag ({_describe(error)})") from error
+        try:
+            db = apsw.Connection(f"file:{files[0]}?immutable=1", flags=apsw.SQLITE_OPEN_READONLY | apsw.SQLITE_OPEN_URI)
+            rows = list(db.execute("SELECT id, name, type, serialization_format FROM topics ORDER BY id"))
+        except apsw.Error as e:
+            raise BagError(f"{self.path}: cannot open the bag ({_describe(error)}; {_describe(e)})") from error
+        self._sqlite_recovery = db
+        self._warn(f"bag is truncated or corrupted ({_describe(error)}); reading the intact messages in storage order")
+        none = MessageDefinition(MessageDefinitionFormat.NONE, "")
+        conns = [
+            Connection(cid, name, ty, none, "", 0, ConnectionExtRosbag2(fmt, []), None) for cid, name, ty, fmt in rows
+        ]
+        return conns, None
+
+    def _sqlite_recovery_batches(self) -> Iterator[RawBatch]:
+        """Rows in rowid order; past a damaged page, probe ever further ahead for intact rows."""
+        import apsw
+
+        db = self._sqlite_recovery
+        ids = sorted({c.id for c in self._connections})
+        where = f"topic_id IN ({','.join('?' * len(ids))})"
+        last = 0
+        while True:
+            times: list[int] = []
+            data: list[bytes] = []
+            try:
+                cursor = db.execute(
+                    f"SELECT id, timestamp, data FROM messages WHERE {where} AND id > ? ORDER BY id", [*ids, last]
+                )
+                for rowid, t, raw in cursor:
+                    last = rowid
+                    times.append(t)
+                    data.append(raw)
+                    if len(data) >= self.batch_size:
+                        yield self._emit(times, data)
+                        times, data = [], []
+                if data:
+                    yield self._emit(times, data)
+                return
+            except apsw.Error as e:
+                if data:
+                    yield self._emit(times, data)
+                damaged_at = last
+                for step in (1, 16, 256, 4096, 65536, 1 << 20):
+                    try:
+                        if list(db.execute("SELECT id FROM messages WHERE id > ? ORDER BY id LIMIT 1", [last + step])):
+                            last += step
+                            break
+                    except apsw.Error:
+                        continue
+                else:
+                    self._warn(f"damaged storage after row {damaged_at}: reading stopped ({_describe(e)})")
+                    return
+                self._warn(f"damaged storage after row {damaged_at}: rows up to {last} skipped ({_describe(e)})")
+
     def close(self) -> None:
+        if self._sqlite_recovery is not None:
+            db, self._sqlite_recovery = self._sqlite_recovery, None
+            db.close()
         if self._reader is not None:
             reader, self._reader = self._reader, None
             reader.close()
@@ -264,12 +333,25 @@ class BagSource:
         try:
             yield from self._batches()
         except STORAGE_ERRORS as e:
+            self._stopped = e
+        if self._stopped is not None:
+            total = f" of {self.info.topic_messages}" if self.info.topic_messages else ""
             self._warn(
-                f"bag is truncated or corrupted: reading stopped after {self.messages_read} of "
-                f"{self.info.topic_messages} {self.topic} messages ({_describe(e)})"
+                f"bag is truncated or corrupted: reading stopped after {self.messages_read}{total} "
+                f"{self.topic} messages ({_describe(self._stopped)})"
             )
 
+    def _guarded(self, source: Iterator[Any]) -> Iterator[Any]:
+        """Items until the storage fails; the failure is kept, so the items before it still count."""
+        try:
+            yield from source
+        except STORAGE_ERRORS as e:
+            self._stopped = e
+
     def _batches(self) -> Iterator[RawBatch]:
+        if self._sqlite_recovery is not None:
+            yield from self._sqlite_recovery_batches()
+            return
         storages = self._storages()
         if self.bulk and storages is not None:
             for storage in storages:
@@ -302,11 +384,11 @@ class BagSource:
 
     def _generic_batches(self, storage: Any | None) -> Iterator[RawBatch]:
         if storage is None:
-            source = self._generic(self._connections)
+            source = self._guarded(self._generic(self._connections))
         else:
             ids = {(c.topic, c.msgtype) for c in self._connections}
             conns = [c for c in storage.connections if (c.topic, c.msgtype) in ids]
-            source = storage.messages(conns) if conns else iter(())
+            source = self._guarded(storage.messages(conns)) if conns else iter(())
         while True:
             rows = list(itertools.islice(source, self.batch_size))
             if not rows:
@@ -321,7 +403,7 @@ class BagSource:
         query = (
             f"SELECT timestamp, data FROM messages WHERE topic_id IN ({','.join('?' * len(ids))}) ORDER BY timestamp"
         )
-        cursor = storage.dbconn.execute(query, ids)
+        cursor = self._guarded(storage.dbconn.execute(query, ids))
         while True:
             rows = list(itertools.islice(cursor, self.batch_size))
             if not rows:

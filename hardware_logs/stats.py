@@ -190,7 +190,8 @@ class QuantityAccumulator:
         """Add rows. ``values``/``present``: (rows, joints); the rest per row.
 
         ``breaks[i]``: row i is not continuous with the row before it (events end there).
-        ``dt_ns[i]``: how long row i holds; ``elapsed_ns[i]``: elapsed time at its start (ns); ``phase[i]``: phase id of row i.
+        ``dt_ns[i]``: how long row i holds; ``elapsed_ns[i]``: elapsed time at its start (ns);
+        ``phase[i]``: phase id of row i.
         """
         n = len(dt_ns)
         if n == 0:
