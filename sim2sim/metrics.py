@@ -5,9 +5,7 @@ vx, vy and yaw rate) at every control period the controller spends in POLICY; th
 ``settle`` seconds of each segment are reported separately, since a step in the command needs
 time to be followed.
 
-:class:`ViolationTally` counts joint-limit violations from the published JointState samples with
-the shared definitions of :mod:`aow_policy.violations` (|value| > limit, per joint, contract
-limits). It stands in for the violation monitor core of the runtime library until that exists.
+Joint-limit violations are counted by the runtime's own monitor core (:mod:`aow_policy.monitor`).
 """
 
 from __future__ import annotations
@@ -18,12 +16,9 @@ from typing import Any
 
 import numpy as np
 
-from aow_policy.robot import Robot
-from aow_policy.violations import over_limit
 from sim2sim.commands import CommandSchedule
 
 AXES = ("vx", "vy", "yaw_rate")
-EPISODE_SECONDS = 20.0  # the paper's episode length for "violations per episode"
 
 
 @dataclass
@@ -126,87 +121,6 @@ class FallDetector:
             self.events.append(FallEvent(t, "; ".join(reasons)))
         self.fallen = bool(reasons)
         return self.fallen
-
-
-class _Channel:
-    """Violations of one quantity (velocity or torque) over all joints."""
-
-    def __init__(self, names: tuple[str, ...], limits: np.ndarray):
-        self.names, self.limits = names, limits
-        n = len(names)
-        self.samples = 0
-        self.samples_over = np.zeros(n, dtype=np.int64)
-        self.events = np.zeros(n, dtype=np.int64)
-        self.peak = np.zeros(n)  # largest |value| seen while over the limit
-        self._over = np.zeros(n, dtype=bool)
-
-    def add(self, values: np.ndarray) -> bool:
-        over = over_limit(values, self.limits)
-        self.samples += 1
-        if over.any():
-            self.samples_over += over
-            self.events += over & ~self._over
-            np.maximum(self.peak, np.where(over, np.abs(values), 0.0), out=self.peak)
-        self._over = over
-        return bool(over.any())
-
-    def summary(self) -> dict[str, Any]:
-        per_joint = {
-            name: {
-                "samples_over": int(self.samples_over[j]),
-                "events": int(self.events[j]),
-                "peak": float(self.peak[j]),
-            }
-            for j, name in enumerate(self.names)
-            if math.isfinite(self.limits[j])
-        }
-        return {
-            "samples": self.samples,
-            "samples_over": int(self.samples_over.sum()),
-            "events": int(self.events.sum()),
-            "per_joint": per_joint,
-        }
-
-
-class ViolationTally:
-    """Joint speed and torque violations of JointState samples, per joint and per policy step.
-
-    The policy-step indicator is the paper's: time is cut into policy periods and a period counts
-    once if any sample of any joint in it is over its limit; ``violations_per_episode`` is that
-    count per 20 s of samples.
-    """
-
-    def __init__(self, robot: Robot):
-        names = robot.joint_names
-        self.velocity = _Channel(names, robot.constraint_velocity_limits)
-        self.torque = _Channel(names, robot.constraint_torque_limits)
-        self.policy_dt = robot.rates.policy_dt
-        self._bins: set[int] = set()
-        self._first: float | None = None
-        self._last = 0.0
-
-    def add(self, t: float, velocity: np.ndarray, effort: np.ndarray) -> None:
-        if self._first is None:
-            self._first = t
-        self._last = t
-        over_v = self.velocity.add(velocity)
-        over_t = self.torque.add(effort) if np.all(np.isfinite(effort)) else False
-        if over_v or over_t:
-            self._bins.add(math.floor((t - self._first) / self.policy_dt + 1e-9))
-
-    def summary(self) -> dict[str, Any]:
-        # policy periods touched by samples, and the time they cover
-        steps = math.floor((self._last - self._first) / self.policy_dt + 1e-9) + 1 if self._first is not None else 0
-        span = steps * self.policy_dt
-        over = len(self._bins)
-        return {
-            "source": "sim2sim.metrics.ViolationTally",
-            "velocity": self.velocity.summary(),
-            "torque": self.torque.summary(),
-            "policy_steps": steps,
-            "policy_steps_over": over,
-            "violations_per_episode": over * EPISODE_SECONDS / span if span > 0 else 0.0,
-        }
 
 
 def as_plain(obj: Any) -> Any:

@@ -30,8 +30,9 @@ from typing import Any
 import numpy as np
 from rosbags.typesys import Stores, get_typestore
 
-from aow_policy.controller import ControllerConfig, ControllerCore, ControllerState, JointCommand
-from aow_policy.messages import MessageFactory, joint_state_msg, twist_msg
+from aow_policy.controller import ControllerConfig, ControllerCore, ControllerState
+from aow_policy.messages import MessageFactory, joint_command_msg, twist_msg
+from aow_policy.monitor import ViolationEvent, ViolationMonitor
 from aow_policy.policy import PolicyRunner
 from aow_policy.robot import Robot, load_robot
 from sim2sim.commands import CommandSchedule, default_schedule, load_script, segments_from_records
@@ -42,7 +43,6 @@ from sim2sim.metrics import (
     FallEvent,
     SegmentResult,
     SegmentTracker,
-    ViolationTally,
     as_plain,
 )
 from sim2sim.recorder import BagRecorder
@@ -103,11 +103,12 @@ class Sim2SimResult:
     final_state: str
     fault: str | None
     transitions: list[tuple[float, str, str]]  # (time, new state, reason)
-    violations: dict[str, Any]
+    violations: dict[str, Any]  # aow_policy.monitor.ViolationMonitor.summary()
     message_counts: dict[str, int]  # per topic, published
     bag: Path | None = None
     storage: str | None = None
     commands_refused_by_hardware: int = 0
+    worst_violations: list[dict[str, Any]] = field(default_factory=list)  # largest overruns, events as dicts
 
     @property
     def fell(self) -> bool:
@@ -147,23 +148,40 @@ class Sim2SimResult:
         else:
             lines.append("falls: none")
         v = self.violations
-        for quantity in ("velocity", "torque"):
-            q = v[quantity]
-            worst = sorted(q["per_joint"].items(), key=lambda kv: -kv[1]["samples_over"])[:3]
+        for quantity, label in (("velocity", "joint speed"), ("effort", "joint torque")):
+            joints = v["joints"][quantity]
+            worst = sorted(joints.items(), key=lambda kv: -kv[1]["samples_over"])[:3]
             worst_text = ", ".join(f"{k} {d['samples_over']}" for k, d in worst if d["samples_over"]) or "none"
+            limit = v["constraint_limits"]["joint_speed" if quantity == "velocity" else "joint_torque"]
             lines.append(
-                f"{quantity} violations: {q['events']} events, {q['samples_over']} of {q['samples']} samples "
-                f"(worst joints: {worst_text})"
+                f"{label} violations (limit {limit:g}): {v['events'][quantity]} events, "
+                f"{v['violating_samples'][quantity]} of {v['samples']} samples (most samples over: {worst_text})"
             )
         lines.append(
-            f"policy steps with any violation: {v['policy_steps_over']} of {v['policy_steps']} "
-            f"({v['violations_per_episode']:.2f} per 20 s episode)"
+            f"policy steps with any violation: {v['violating_policy_steps']['any']} of {v['policy_steps']} "
+            f"({v['violations_per_episode']['any']:.2f} per 20 s episode)"
         )
+        if self.worst_violations:
+            e = self.worst_violations[0]
+            lines.append(
+                f"worst overrun: {e['joint']} {e['quantity']} peak {e['peak']:.2f} (limit {e['limit']:g}) "
+                f"at t = {e['start']:.2f} s for {e['duration'] * 1e3:.1f} ms"
+            )
         counts = ", ".join(f"{topic} {n}" for topic, n in sorted(self.message_counts.items()))
         lines.append(f"messages: {counts}")
         if self.bag:
             lines.append(f"bag: {self.bag} ({self.storage})")
         return "\n".join(lines)
+
+
+WORST_EVENTS_KEPT = 10
+
+
+def _keep_worst(kept: list[ViolationEvent], event: ViolationEvent) -> None:
+    """Keep the events with the largest overrun beyond the limit."""
+    kept.append(event)
+    kept.sort(key=lambda e: -e.overrun)
+    del kept[WORST_EVENTS_KEPT:]
 
 
 class Bus:
@@ -201,13 +219,6 @@ def resolve_schedule(
     if isinstance(commands, str | os.PathLike):
         return load_script(commands, robot)
     return segments_from_records(commands, robot, source="commands")
-
-
-def joint_command_msg(factory: MessageFactory, command: JointCommand) -> Any:
-    """The controller node's default output: JointState with position (legs), velocity (wheels), names."""
-    return joint_state_msg(
-        factory, command.joint_names, command.position, command.velocity, command.effort, stamp=command.stamp
-    )
 
 
 def diagnostics_msg(factory: MessageFactory, core: ControllerCore, now: float) -> Any:
@@ -287,8 +298,15 @@ def run(
     bus.subscribe(topics.elevation_map, core.on_grid_map)
     bus.subscribe(topics.cmd_vel, core.on_command)
     bus.subscribe(topics.joint_commands, hardware.on_joint_command)
-    tally = ViolationTally(robot)
-    bus.subscribe(topics.joint_states, lambda msg, t: tally.add(t, hardware.joint_velocity, hardware.joint_effort))
+    # The violation monitor node's core, fed the published JointState messages as that node is.
+    monitor = ViolationMonitor(robot)
+    worst_events: list[ViolationEvent] = []
+
+    def monitor_joint_state(msg: Any, t: float) -> None:
+        for event in monitor.update_joint_state(msg, t):
+            _keep_worst(worst_events, event)
+
+    bus.subscribe(topics.joint_states, monitor_joint_state)
 
     tracker = SegmentTracker(schedule, policy_dt, cfg.settle)
     falls = FallDetector(cfg.falls)
@@ -333,6 +351,8 @@ def run(
                     bar.n = round(t, 3)
                     bar.refresh()
             hardware.step()
+        for event in monitor.finish():
+            _keep_worst(worst_events, event)
         if recorder is not None:
             bag_path = recorder.close()
     except BaseException:
@@ -356,7 +376,8 @@ def run(
         final_state=core.state.value,
         fault=core.fault,
         transitions=[(t, s.value, why) for t, s, why in core.transitions],
-        violations=tally.summary(),
+        violations=monitor.summary(),
+        worst_violations=[e.to_dict() for e in worst_events],
         message_counts=dict(bus.counts),
         bag=bag_path,
         storage=cfg.storage if bag_path else None,

@@ -146,7 +146,7 @@ def test_ten_seconds_recorded_bag_reads_back_with_expected_topics_and_counts(exp
     assert result.policy_start == pytest.approx(2.0)
     assert [s.name for s in result.segments] == ["forward", "sideways", "turning", "stop"]
     assert all(s.samples > 0 for s in result.segments)
-    assert result.violations["velocity"]["samples"] == 4000
+    assert result.violations["samples"] == 4000 and result.violations["policy_steps"] == 500
     assert result.real_time_factor > 0
 
 
@@ -164,6 +164,20 @@ def test_constant_wheel_action_rolls_the_robot_at_wheel_speed_times_radius(tmp_p
     assert seg.mean_abs_error_settled[0] == pytest.approx(abs(0.5 - expected), abs=0.05 * expected)
     assert vx == pytest.approx(expected, rel=0.1)
     assert abs(vy) < 0.02 and abs(wz) < 0.02
+
+
+def test_a_leg_step_beyond_the_torque_limit_is_reported_by_the_monitor(tmp_path):
+    """LF_HFE commanded 1 rad from its default (action 2 x scale 0.5): kp 80 x ~1 rad ~ 80 N m > 75."""
+    actions = np.zeros(len(ROBOT.joints))
+    actions[ROBOT.joint_names.index("LF_HFE")] = 2.0
+    result = run(constant_policy(tmp_path / "step.onnx", actions), 2.0, stand_up=0.5, commands=[{"duration": 1.0}])
+    v = result.violations
+    assert v["joints"]["effort"]["LF_HFE"]["events"] >= 1 and v["events"]["effort"] >= 1
+    assert 75.0 < v["joints"]["effort"]["LF_HFE"]["max_abs"] <= ROBOT.joint("LF_HFE").torque_limit
+    assert v["violating_policy_steps"]["any"] >= 1
+    worst = result.worst_violations[0]
+    assert worst["quantity"] == "effort" and worst["limit"] == 75.0 and worst["peak"] > 75.0
+    assert worst["start"] >= 0.5  # not before the policy started
 
 
 def test_no_partial_bag_remains_when_a_run_fails(exported_policy, tmp_path, monkeypatch):

@@ -28,7 +28,7 @@ from sim2sim.commands import (
     parse_script,
 )
 from sim2sim.hardware import HardwareConfig, SimHardware, steps_between
-from sim2sim.metrics import FallCriteria, FallDetector, SegmentTracker, ViolationTally
+from sim2sim.metrics import FallCriteria, FallDetector, SegmentTracker
 from sim2sim.recorder import BagRecorder, RecorderError
 from sim2sim.world import HeightField, World, build_world
 from training.sim.model import build_spec, model_info
@@ -292,28 +292,6 @@ def test_fall_events_start_once_per_fall():
     assert [e.time for e in det.events] == [0.1, 0.4]
     assert "0.20 m above ground" in det.events[0].reason and "tilted 86 deg" in det.events[1].reason
     assert det.fallen
-
-
-def test_violation_tally_counts_samples_events_and_policy_steps():
-    tally = ViolationTally(ROBOT)
-    n = len(ROBOT.joint_names)
-    lf_hfe, wheel = ROBOT.joint_names.index("LF_HFE"), ROBOT.joint_names.index("LF_WHEEL")
-    dt = 0.0025  # 8 samples per 20 ms policy step
-    for k in range(80):  # 0.2 s = 10 policy steps
-        v, tau = np.zeros(n), np.zeros(n)
-        v[wheel] = 20.0  # wheels are not speed-constrained
-        if 3 <= k < 6 or k == 40:  # two events on LF_HFE: 3 samples in step 0, 1 sample in step 5
-            v[lf_hfe] = 6.5
-        if k == 41:
-            tau[lf_hfe] = -80.0  # torque event in step 5 too
-        tally.add(k * dt, v, tau)
-    s = tally.summary()
-    assert s["velocity"]["samples"] == 80 and s["velocity"]["samples_over"] == 4 and s["velocity"]["events"] == 2
-    assert s["velocity"]["per_joint"]["LF_HFE"] == {"samples_over": 4, "events": 2, "peak": 6.5}
-    assert "LF_WHEEL" not in s["velocity"]["per_joint"]
-    assert s["torque"]["events"] == 1 and s["torque"]["per_joint"]["LF_HFE"]["peak"] == 80.0
-    assert s["policy_steps"] == 10 and s["policy_steps_over"] == 2
-    assert s["violations_per_episode"] == pytest.approx(2 * 20.0 / 0.2)
 
 
 # ---- recorder ------------------------------------------------------------------------------
