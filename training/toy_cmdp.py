@@ -1,12 +1,14 @@
 """A small CMDP on the environment API of ``training.envs``: a point mass with a speed limit.
 
 A batch of point masses on a line. The action is a force (clipped to [-1, 1]); the speed
-follows ``v' = retention * v + force_gain * force`` (drag), so full throttle settles at
-``force_gain / (1 - retention)`` = 3 m/s by default. The reward is the forward speed ``v'``;
-the cost ``speed_limit`` is 1 whenever ``|v'|`` exceeds the limit (1 m/s; the indicator cost of
-the paper's joint-speed constraint, via :mod:`aow_policy.violations`). The unconstrained optimum
-(full throttle) breaks the constraint on almost every step; the constrained optimum holds the
-speed just under the limit, which needs a state-dependent policy.
+follows ``v' = retention * v + force_gain * force`` (drag; full throttle settles at
+``force_gain / (1 - retention)`` = 3 m/s). The reward tracks a target speed of 1.5 m/s,
+``exp(-((v' - 1.5) / 1)^2)``; the cost ``speed_limit`` is the overrun ``max(0, |v'| - 1)`` above
+the 1 m/s limit (ReLU, one of the appendix's cost types; ``speed_cost="indicator"`` gives the
+joint-speed constraint's indicator instead), both via :mod:`aow_policy.violations`. The
+unconstrained optimum (1.5 m/s) breaks the constraint on every step; the constrained optimum
+holds the speed just under 1 m/s, which the reward still pays for (exp(-0.25) = 0.78 per step),
+as in locomotion, where speed tracking is possible within the joint limits.
 
 Optional second cost group ``smoothness`` (``smoothness_cost=True``): the action rate above a
 threshold, ``max(0, |a_t - a_{t-1}| - action_rate_limit)``. ``constraint_rewards=True`` turns
@@ -35,13 +37,23 @@ class ToySpeedLimitConfig:
     max_force: float = 1.0
     episode_length: int = 64  # policy steps
     initial_speed: tuple[float, float] = (-0.2, 0.5)
+    target_speed: float = 1.5  # reward exp(-((v' - target) / width)^2): the target is above the limit
+    target_width: float = 1.0
+    speed_cost: str = "relu"  # "relu": max(0, |v'| - limit); "indicator": 1 if |v'| > limit
     smoothness_cost: bool = False
     action_rate_limit: float = 0.5
     constraint_rewards: bool = False
     constraint_reward_weight: float = 2.0
 
     def validate(self) -> None:
-        for name in ("speed_limit", "force_gain", "max_force", "action_rate_limit", "constraint_reward_weight"):
+        for name in (
+            "speed_limit",
+            "force_gain",
+            "max_force",
+            "target_width",
+            "action_rate_limit",
+            "constraint_reward_weight",
+        ):
             v = getattr(self, name)
             if not (isinstance(v, (int, float)) and v > 0):
                 raise ValueError(f"env.{name}: must be positive, got {v!r}")
@@ -49,6 +61,8 @@ class ToySpeedLimitConfig:
             raise ValueError(f"env.retention: must be in [0, 1), got {self.retention!r}")
         if not (isinstance(self.episode_length, int) and self.episode_length > 0):
             raise ValueError(f"env.episode_length: must be a positive integer, got {self.episode_length!r}")
+        if self.speed_cost not in ("relu", "indicator"):
+            raise ValueError(f"env.speed_cost: must be 'relu' or 'indicator', got {self.speed_cost!r}")
         lo, hi = self.initial_speed
         if not lo <= hi:
             raise ValueError(f"env.initial_speed: expected (low, high) with low <= high, got {self.initial_speed!r}")
@@ -121,9 +135,13 @@ class ToySpeedLimitEnv:
         cfg = self.cfg
         force = actions[:, 0].clamp(-cfg.max_force, cfg.max_force)
         self.speed = cfg.retention * self.speed + cfg.force_gain * force
-        rewards = self.speed.clone()
+        rewards = torch.exp(-((self.speed - cfg.target_speed) / cfg.target_width).square())
         limit = torch.tensor([cfg.speed_limit], device=self.device)
-        cost_columns = [any_over(self.speed.unsqueeze(-1), limit).float()]
+        speed = self.speed.unsqueeze(-1)
+        if cfg.speed_cost == "indicator":
+            cost_columns = [any_over(speed, limit).float()]
+        else:
+            cost_columns = [overrun(speed, limit)[:, 0]]
         if cfg.smoothness_cost:
             rate = (force - self.last_action).unsqueeze(-1)
             cost_columns.append(overrun(rate, torch.tensor([cfg.action_rate_limit], device=self.device))[:, 0])

@@ -107,6 +107,18 @@ class MinibatchContext:
     info: dict[str, torch.Tensor] = field(default_factory=dict)  # scalars to log
 
 
+@dataclass
+class PreparedRollout:
+    """A rollout ready for the minibatch loop."""
+
+    batch: Batch
+    stats: RolloutStats
+    advantages: torch.Tensor  # [B] normalized reward advantages
+    cost_advantages: torch.Tensor  # [B, G] normalized (raw for P3O)
+    iteration: int
+    entropy_coef: float
+
+
 class ConstrainedPPO:
     """The shared machinery; as is, it is plain PPO on the reward (costs are ignored)."""
 
@@ -198,85 +210,98 @@ class ConstrainedPPO:
         c = self.cfg
         return losses.decayed_entropy_coef(iteration, c.entropy_coef, c.entropy_coef_final, c.entropy_decay)
 
-    def update(
-        self, storage: RolloutStorage, iteration: int, generator: torch.Generator | None = None
-    ) -> dict[str, float]:
-        """All epochs and minibatches on one rollout; returns mean losses and diagnostics."""
-        cfg = self.cfg
+    def prepare(self, storage: RolloutStorage, iteration: int) -> PreparedRollout:
+        """Rollout statistics, normalized advantages and per-iteration bookkeeping."""
         batch = storage.batch()
         stats = rollout_statistics(batch, self.dist)
         self.begin_update(stats, iteration)
-        advantages = (batch.advantages - stats.adv_mean) / stats.adv_std
         raw_cost_adv = batch.cost_advantages
         if self.normalize_cost_advantages:
             cost_adv = (raw_cost_adv - stats.cost_adv_mean) / stats.cost_adv_std
         else:
             cost_adv = raw_cost_adv
-        ent_coef = self.entropy_coef(iteration)
-        old_std = batch.old_action_std
+        return PreparedRollout(
+            batch=batch,
+            stats=stats,
+            advantages=(batch.advantages - stats.adv_mean) / stats.adv_std,
+            cost_advantages=cost_adv,
+            iteration=iteration,
+            entropy_coef=self.entropy_coef(iteration),
+        )
+
+    def minibatch_loss(
+        self, prep: PreparedRollout, idx: torch.Tensor, adapt_lr: bool = False
+    ) -> tuple[torch.Tensor, dict[str, torch.Tensor]]:
+        """The total loss of one minibatch and its terms (one graph: actor and all critics)."""
+        cfg, batch = self.cfg, prep.batch
+        mean = self.model.actor(batch.obs[idx])
+        log_std = self.model.actor.log_std
+        std = log_std.exp()
+        log_probs = losses.gaussian_log_prob(batch.actions[idx], mean, log_std)
+        ratio = torch.exp(log_probs - batch.old_log_probs[idx])
+        values, cost_values = self.critics(batch.critic_obs[idx])
+        old_mean, old_std = batch.old_action_mean[idx], batch.old_action_std
+
+        with torch.no_grad():
+            kl = losses.gaussian_kl(old_mean, old_std, mean, std).mean()
+            if adapt_lr and cfg.schedule == "adaptive":
+                kl_all = self.dist.all_reduce_mean(kl.clone())
+                self.set_learning_rate(
+                    losses.adapt_learning_rate(
+                        self.learning_rate, float(kl_all), cfg.desired_kl, cfg.min_learning_rate, cfg.max_learning_rate
+                    )
+                )
+
+        ctx = MinibatchContext(
+            ratio=ratio,
+            advantages=prep.advantages[idx],
+            cost_advantages=prep.cost_advantages[idx],
+            raw_cost_advantages=batch.cost_advantages[idx],
+            action_mean=mean,
+            action_std=std,
+            old_action_mean=old_mean,
+            old_action_std=old_std,
+            stats=prep.stats,
+            cost_limits=self.cost_limits,
+            clip_param=cfg.clip_param,
+            gamma=cfg.gamma,
+            iteration=prep.iteration,
+        )
+        policy_loss = self.policy_loss(ctx)
+        value_loss = losses.value_loss(
+            values, batch.old_values[idx], batch.returns[idx], cfg.clip_param, cfg.use_clipped_value_loss
+        )
+        entropy = losses.gaussian_entropy(log_std)
+        loss = policy_loss + cfg.value_loss_coef * value_loss - prep.entropy_coef * entropy
+        terms = {"policy": policy_loss, "value": value_loss, "entropy": entropy}
+        if self.num_cost_groups:
+            cost_value_loss = losses.value_loss(
+                cost_values,
+                batch.old_cost_values[idx],
+                batch.cost_returns[idx],
+                cfg.clip_param,
+                cfg.use_clipped_value_loss,
+            )
+            loss = loss + cfg.cost_value_loss_coef * cost_value_loss
+            terms["cost_value"] = cost_value_loss
+        terms.update(ctx.info)
+        terms["kl"] = kl
+        return loss, terms
+
+    def update(
+        self, storage: RolloutStorage, iteration: int, generator: torch.Generator | None = None
+    ) -> dict[str, float]:
+        """All epochs and minibatches on one rollout; returns mean losses and diagnostics."""
+        cfg = self.cfg
+        prep = self.prepare(storage, iteration)
         sums: dict[str, torch.Tensor] = {}
         count = 0
-        for _epoch, m, idx in minibatch_indices(batch.size, cfg.num_minibatches, cfg.num_epochs, generator):
-            idx = idx.to(self.device)
-            mean = self.model.actor(batch.obs[idx])
-            log_std = self.model.actor.log_std
-            std = log_std.exp()
-            log_probs = losses.gaussian_log_prob(batch.actions[idx], mean, log_std)
-            ratio = torch.exp(log_probs - batch.old_log_probs[idx])
-            values, cost_values = self.critics(batch.critic_obs[idx])
-            old_mean = batch.old_action_mean[idx]
-
-            with torch.no_grad():
-                kl = losses.gaussian_kl(old_mean, old_std, mean, std).mean()
-                if cfg.schedule == "adaptive":
-                    kl_all = self.dist.all_reduce_mean(kl.clone())
-                    self.set_learning_rate(
-                        losses.adapt_learning_rate(
-                            self.learning_rate,
-                            float(kl_all),
-                            cfg.desired_kl,
-                            cfg.min_learning_rate,
-                            cfg.max_learning_rate,
-                        )
-                    )
-
-            ctx = MinibatchContext(
-                ratio=ratio,
-                advantages=advantages[idx],
-                cost_advantages=cost_adv[idx],
-                raw_cost_advantages=raw_cost_adv[idx],
-                action_mean=mean,
-                action_std=std,
-                old_action_mean=old_mean,
-                old_action_std=old_std,
-                stats=stats,
-                cost_limits=self.cost_limits,
-                clip_param=cfg.clip_param,
-                gamma=cfg.gamma,
-                iteration=iteration,
-            )
-            policy_loss = self.policy_loss(ctx)
-            value_loss = losses.value_loss(
-                values, batch.old_values[idx], batch.returns[idx], cfg.clip_param, cfg.use_clipped_value_loss
-            )
-            entropy = losses.gaussian_entropy(log_std)
-            loss = policy_loss + cfg.value_loss_coef * value_loss - ent_coef * entropy
-            terms = {"policy": policy_loss, "value": value_loss, "entropy": entropy}
-            if self.num_cost_groups:
-                cost_value_loss = losses.value_loss(
-                    cost_values,
-                    batch.old_cost_values[idx],
-                    batch.cost_returns[idx],
-                    cfg.clip_param,
-                    cfg.use_clipped_value_loss,
-                )
-                loss = loss + cfg.cost_value_loss_coef * cost_value_loss
-                terms["cost_value"] = cost_value_loss
-
+        for epoch, m, idx in minibatch_indices(prep.batch.size, cfg.num_minibatches, cfg.num_epochs, generator):
+            loss, terms = self.minibatch_loss(prep, idx.to(self.device), adapt_lr=True)
             if not torch.isfinite(loss):
                 bad = {k: float(v) for k, v in terms.items()}
                 raise NonFiniteLossError(
-                    f"non-finite loss at iteration {iteration}, minibatch {m} of epoch {_epoch} ({bad}); "
+                    f"non-finite loss at iteration {iteration}, minibatch {m} of epoch {epoch} ({bad}); "
                     "the step was not applied"
                 )
             self.optimizer.zero_grad(set_to_none=True)
@@ -285,28 +310,25 @@ class ConstrainedPPO:
             grad_norm = nn.utils.clip_grad_norm_(self.parameters, cfg.max_grad_norm)
             if not torch.isfinite(grad_norm):
                 raise NonFiniteLossError(
-                    f"non-finite gradient norm at iteration {iteration}, minibatch {m} of epoch {_epoch}; "
+                    f"non-finite gradient norm at iteration {iteration}, minibatch {m} of epoch {epoch}; "
                     "the step was not applied"
                 )
             self.optimizer.step()
-
-            with torch.no_grad():
-                terms = {**terms, **ctx.info, "kl": kl, "grad_norm": grad_norm}
-                for k, v in terms.items():
-                    sums[k] = sums.get(k, 0.0) + v.detach().float()
+            terms["grad_norm"] = grad_norm
+            for k, v in terms.items():
+                sums[k] = sums.get(k, 0.0) + v.detach().float()
             count += 1
 
-        out = {
-            f"loss/{k}" if k in ("policy", "value", "entropy", "cost_value") else k: float(v) / count
-            for k, v in sums.items()
-        }
+        loss_keys = ("policy", "value", "entropy", "cost_value")
+        out = {f"loss/{k}" if k in loss_keys else k: float(v) / count for k, v in sums.items()}
         out.update(
             {
                 "learning_rate": self.learning_rate,
-                "entropy_coef": ent_coef,
-                "action_std": float(self.model.actor.log_std.exp().mean()),
+                "entropy_coef": prep.entropy_coef,
+                "action_std": float(self.model.actor.log_std.detach().exp().mean()),
             }
         )
+        stats = prep.stats
         for g, group in enumerate(self.group_names):
             out[f"cost_return/{group}"] = float(stats.cost_return[g])
             out[f"cost_adv_mean/{group}"] = float(stats.cost_adv_mean[g])

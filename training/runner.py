@@ -1,0 +1,543 @@
+"""The training loop: collect a rollout, update, log, checkpoint; resumable exactly.
+
+One :class:`Runner` per process. Under ``torchrun`` every rank builds its share of the
+environments and the same model (same seed, then rank 0's weights broadcast); see
+:mod:`training.distributed` for what is reduced across ranks. Only rank 0 writes.
+
+Run directory (rank 0)::
+
+    config.yaml          the TrainConfig, written before the first step
+    model_<it>.pt        checkpoints every ``save_interval`` iterations and at the end
+                         (format: training/checkpoint.py; <it> = completed iterations)
+    metrics.jsonl        one JSON record per iteration (what aow-compare reads)
+    events.out.tfevents.*  TensorBoard scalars
+
+Exact resume: a checkpoint also holds every rank's sampling-generator state, the environment
+state when the environment offers ``state_dict()``/``load_state_dict()`` (the toy CMDP does)
+and the current observations, so ``--resume`` continues the very same trajectory. For an
+environment without ``state_dict`` the episodes restart on resume (everything else is exact).
+
+Observation normalizers are updated after each policy update from that rollout's observations
+(moments reduced over ranks), so the rollout and its update see the same normalization.
+"""
+
+from __future__ import annotations
+
+import dataclasses
+import json
+import math
+import os
+import time
+from collections.abc import Callable
+from pathlib import Path
+from typing import Any
+
+import torch
+
+from training.algorithms import ALGORITHMS, NonFiniteLossError, make_algorithm
+from training.checkpoint import CheckpointError, latest_checkpoint, load_checkpoint, save_checkpoint
+from training.config import ConfigError, TrainConfig, save_config_yaml
+from training.distributed import DistContext, local_device, split_envs
+from training.networks import ActorCritic, ObsNormalizer
+from training.storage import RolloutStorage
+from training.toy_cmdp import TOY_TASKS, make_toy_env
+
+GYM_PREFIX = "gym:"
+
+
+class TrainingError(RuntimeError):
+    """Training cannot go on (diverged, or the run directory is unusable); the message says why."""
+
+
+def _project_make_env() -> Callable[..., Any] | None:
+    try:
+        from training.envs import make_env  # written by another issue; optional here
+    except ImportError:
+        return None
+    return make_env
+
+
+def check_task(task: str) -> None:
+    """Refuse an unknown task name before anything is built."""
+    if task in TOY_TASKS or task.startswith(GYM_PREFIX):
+        return
+    make_env = _project_make_env()
+    if make_env is None:
+        raise ConfigError(
+            f"task: {task!r} needs training.envs, which is not available here (built-in tasks: {sorted(TOY_TASKS)}, "
+            f"or '{GYM_PREFIX}<gymnasium id>')"
+        )
+    known = None
+    try:
+        import training.envs as envs
+
+        known = getattr(envs, "TASKS", None)
+    except ImportError:
+        pass
+    if known is not None and task not in known:
+        raise ConfigError(f"task: unknown task {task!r} (known: {sorted(known)} + {sorted(TOY_TASKS)})")
+
+
+def make_task_env(task: str, num_envs: int, backend: str, device: str, seed: int, overrides: dict[str, Any]) -> Any:
+    """The environment for a task name: a toy task, ``gym:<id>``, or a task of training.envs."""
+    if task in TOY_TASKS:
+        try:
+            return make_toy_env(task, num_envs, device=device, seed=seed, **overrides)
+        except (TypeError, ValueError) as e:
+            raise ConfigError(str(e)) from None
+    if task.startswith(GYM_PREFIX):
+        from training.gym_adapter import make_gym_env  # imports gymnasium
+
+        return make_gym_env(task[len(GYM_PREFIX) :], num_envs, device=device, seed=seed, **overrides)
+    make_env = _project_make_env()
+    if make_env is None:
+        raise ConfigError(f"task: {task!r} needs training.envs, which is not available here")
+    return make_env(task, num_envs, backend=backend, device=device, seed=seed, **overrides)
+
+
+def _plain(x: Any) -> Any:
+    if dataclasses.is_dataclass(x) and not isinstance(x, type):
+        x = dataclasses.asdict(x)
+    if isinstance(x, dict):
+        return {str(k): _plain(v) for k, v in x.items()}
+    if isinstance(x, (list, tuple)):
+        return [_plain(v) for v in x]
+    if isinstance(x, (str, int, float, bool)) or x is None:
+        return x
+    return str(x)
+
+
+def _robot_contract_hash(env: Any, task: str) -> str:
+    robot = getattr(env, "robot", None)
+    if robot is not None and hasattr(robot, "contract_hash"):
+        return str(robot.contract_hash)
+    if task in TOY_TASKS or task.startswith(GYM_PREFIX):
+        return f"none:{task}"
+    from aow_policy.robot import load_robot
+
+    return load_robot().contract_hash
+
+
+class EpisodeLog:
+    """Per-iteration episode statistics: sums and counts, reduced over ranks at the end."""
+
+    def __init__(self) -> None:
+        self.sums: dict[str, float] = {}
+        self.counts: dict[str, float] = {}
+
+    def add(self, values: dict[str, float], count: int) -> None:
+        for k, v in values.items():
+            self.sums[k] = self.sums.get(k, 0.0) + float(v) * count
+            self.counts[k] = self.counts.get(k, 0.0) + count
+
+    def reduced(self, dist: DistContext) -> dict[str, float]:
+        parts = dist.gather_objects((self.sums, self.counts))
+        sums: dict[str, float] = {}
+        counts: dict[str, float] = {}
+        for s, c in parts:
+            for k in s:
+                sums[k] = sums.get(k, 0.0) + s[k]
+                counts[k] = counts.get(k, 0.0) + c[k]
+        return {k: sums[k] / counts[k] for k in sorted(sums) if counts[k] > 0}
+
+
+class Runner:
+    def __init__(
+        self,
+        cfg: TrainConfig,
+        run_dir: str | os.PathLike[str] | None = None,
+        dist: DistContext | None = None,
+        env: Any = None,
+        resume: bool = False,
+        progress: bool = True,
+        tensorboard: bool = True,
+    ):
+        cfg.validate()
+        check_task(cfg.task)
+        self.cfg = cfg
+        self.dist = dist or DistContext()
+        self.run_dir = Path(run_dir) if run_dir is not None else None
+        self.progress = progress and self.dist.is_main
+        self.use_tensorboard = tensorboard
+        self.writer = None
+        if self.run_dir is not None and not resume and self.dist.is_main and any(self.run_dir.glob("model_*.pt")):
+            raise TrainingError(
+                f"{self.run_dir} already holds checkpoints; continue it with --resume {self.run_dir} "
+                "or choose another --run-dir"
+            )
+        self.device = torch.device(local_device(cfg.device, self.dist))
+        rank = self.dist.rank
+        self.num_envs = split_envs(cfg.num_envs, self.dist)
+        # Same seed on every rank: identical initial weights (and rank 0's are broadcast anyway).
+        torch.manual_seed(cfg.seed)
+        if env is None:
+            env = make_task_env(
+                cfg.task, self.num_envs, cfg.backend, str(self.device), cfg.seed + 100_003 * rank, cfg.env_overrides
+            )
+        self.env = env
+        self.group_names = list(env.cost_groups)
+        unknown = sorted(set(cfg.cost_limits) - set(self.group_names))
+        if unknown:
+            raise ConfigError(f"cost_limits.{unknown[0]}: no such cost group (groups: {self.group_names})")
+        algo_cls = ALGORITHMS[cfg.algo]
+        if algo_cls.uses_cost_critics and not self.group_names:
+            raise ConfigError(f"algo: {cfg.algo!r} needs cost groups, but task {cfg.task!r} defines none")
+        self.group_matrix = torch.zeros(len(env.cost_names), len(self.group_names), device=self.device)
+        for g, name in enumerate(self.group_names):
+            for term in env.cost_groups[name]:
+                if term not in env.cost_names:
+                    raise ConfigError(f"cost group {name!r} lists {term!r}, not a cost term of the task")
+                self.group_matrix[env.cost_names.index(term), g] = 1.0
+        model_groups = len(self.group_names) if algo_cls.uses_cost_critics else 0
+        self.model = ActorCritic(
+            env.obs_spec["policy"], env.obs_spec["critic"], env.num_actions, model_groups, cfg.network
+        ).to(self.device)
+        self.dist.broadcast_module(self.model)
+        default_limit = getattr(cfg.algo_params, "cost_limit", 0.0)
+        limits = [float(cfg.cost_limits.get(g, default_limit)) for g in self.group_names[:model_groups]]
+        self.algo = make_algorithm(
+            cfg.algo,
+            self.model,
+            cfg.ppo,
+            cfg.algo_params,
+            cost_limits=torch.tensor(limits),
+            dist=self.dist,
+            group_names=self.group_names[:model_groups],
+        )
+        self.storage = RolloutStorage(
+            self.num_envs,
+            cfg.num_steps_per_env,
+            env.obs_spec["policy"].dim,
+            env.obs_spec["critic"].dim,
+            env.num_actions,
+            model_groups,
+            self.device,
+        )
+        self.generator = torch.Generator(device=self.device).manual_seed(cfg.seed * 1_000_003 + 17 + rank)
+        self.iteration = 0
+        self.obs = None
+        self.history: list[dict[str, float]] = []
+        self._episode_return = torch.zeros(self.num_envs, device=self.device)
+        self._episode_length = torch.zeros(self.num_envs, device=self.device)
+        self.last_checkpoint: Path | None = None
+        if resume:
+            if self.run_dir is None:
+                raise TrainingError("resume needs a run directory")
+            self._resume()
+
+    # ---- checkpoints -------------------------------------------------------------------------
+
+    def _rank_state(self) -> dict[str, Any]:
+        env_state = self.env.state_dict() if hasattr(self.env, "state_dict") else None
+        return {
+            "generator": self.generator.get_state().cpu(),
+            "env": env_state,
+            "obs": {k: v.detach().cpu().clone() for k, v in self.obs.items()},
+            "episode_return": self._episode_return.cpu().clone(),
+            "episode_length": self._episode_length.cpu().clone(),
+        }
+
+    def checkpoint_payload(self) -> dict[str, Any]:
+        ranks = self.dist.gather_objects(self._rank_state())
+        env = self.env
+        return {
+            "iteration": self.iteration,
+            "config": self.cfg.to_dict(),
+            "obs_layout": {k: env.obs_spec[k].to_list() for k in ("policy", "critic")},
+            "action_layout": _plain(env.action_layout),
+            "num_actions": int(env.num_actions),
+            "cost_groups": {k: list(v) for k, v in env.cost_groups.items()},
+            "cost_names": list(env.cost_names),
+            "model": self.model.state_dict(),
+            "optimizer": self.algo.optimizer.state_dict(),
+            "algo_state": self.algo.state_dict(),
+            "rng": {"torch": torch.get_rng_state(), "generators": [r["generator"] for r in ranks]},
+            "robot_contract_hash": _robot_contract_hash(env, self.cfg.task),
+            "env_config": _plain(getattr(env, "cfg", None)),
+            "runner_state": {"world_size": self.dist.world_size, "ranks": ranks},
+        }
+
+    def save(self) -> Path | None:
+        payload = self.checkpoint_payload()  # collective: every rank takes part
+        if not self.dist.is_main or self.run_dir is None:
+            return None
+        path = save_checkpoint(self.run_dir / f"model_{self.iteration}.pt", payload)
+        self.last_checkpoint = path
+        return path
+
+    def _resume(self) -> None:
+        path = latest_checkpoint(self.run_dir)
+        ckpt = load_checkpoint(path)
+        stored = TrainConfig.from_dict(ckpt["config"])
+        mine = self.cfg.to_dict()
+        theirs = stored.to_dict()
+        mine.pop("iterations")
+        theirs.pop("iterations")
+        if mine != theirs:
+            diff = sorted(k for k in set(mine) | set(theirs) if mine.get(k) != theirs.get(k))
+            raise CheckpointError(
+                f"{path}: the run's config differs from this one in {diff}; resume uses the stored config"
+            )
+        if ckpt["algo_state"].get("name") != self.cfg.algo:
+            raise CheckpointError(f"{path}: checkpoint is for algorithm {ckpt['algo_state'].get('name')!r}")
+        try:
+            self.model.load_state_dict(ckpt["model"])
+        except RuntimeError as e:
+            raise CheckpointError(f"{path}: model does not fit this task ({e})") from None
+        self.algo.optimizer.load_state_dict(ckpt["optimizer"])
+        self.algo.load_state_dict(ckpt["algo_state"])
+        torch.set_rng_state(ckpt["rng"]["torch"])
+        self.iteration = int(ckpt["iteration"])
+        runner_state = ckpt.get("runner_state") or {}
+        ranks = runner_state.get("ranks") or []
+        if runner_state.get("world_size") == self.dist.world_size and len(ranks) == self.dist.world_size:
+            mine_state = ranks[self.dist.rank]
+            self.generator.set_state(mine_state["generator"])
+            if mine_state.get("env") is not None and hasattr(self.env, "load_state_dict"):
+                self.env.load_state_dict(mine_state["env"])
+                self.obs = {k: v.to(self.device) for k, v in mine_state["obs"].items()}
+                self._episode_return = mine_state["episode_return"].to(self.device)
+                self._episode_length = mine_state["episode_length"].to(self.device)
+        self.last_checkpoint = path
+        self._trim_metrics()
+
+    def _trim_metrics(self) -> None:
+        """Drop metric records past the resumed iteration (written after the last checkpoint)."""
+        if not self.dist.is_main or self.run_dir is None:
+            return
+        path = self.run_dir / "metrics.jsonl"
+        if not path.is_file():
+            return
+        kept = []
+        for line in path.read_text().splitlines():
+            try:
+                rec = json.loads(line)
+            except json.JSONDecodeError:
+                continue
+            if rec.get("iteration", math.inf) < self.iteration:
+                kept.append(line)
+        tmp = path.with_suffix(".jsonl.tmp")
+        tmp.write_text("".join(k + "\n" for k in kept))
+        os.replace(tmp, path)
+        self.history = [json.loads(k) for k in kept]
+
+    # ---- the loop ----------------------------------------------------------------------------
+
+    @torch.no_grad()
+    def collect(self) -> tuple[EpisodeLog, dict[str, float]]:
+        cfg, env, algo, storage = self.cfg, self.env, self.algo, self.storage
+        episodes = EpisodeLog()
+        cost_sums = torch.zeros(len(env.cost_names), device=self.device)
+        model_groups = storage.num_cost_groups
+        storage.clear()
+        for _ in range(cfg.num_steps_per_env):
+            obs = self.obs
+            out = algo.act(obs["policy"], obs["critic"], self.generator)
+            next_obs, rewards, costs, dones, infos = env.step(out["actions"])
+            rewards = rewards.to(self.device, torch.float32)
+            costs = costs.to(self.device, torch.float32)
+            dones = dones.to(self.device).bool()
+            time_outs = infos.get("time_outs")
+            time_outs = torch.zeros_like(dones) if time_outs is None else time_outs.to(self.device).bool()
+            boot_v = boot_c = None
+            terminal = infos.get("terminal_obs")
+            if terminal is not None and bool(time_outs.any()):
+                terminal_critic = terminal["critic"] if isinstance(terminal, dict) else terminal
+                boot_v, boot_c = algo.values(terminal_critic.to(self.device))
+            storage.add(
+                obs["policy"],
+                obs["critic"],
+                out["actions"],
+                out["log_probs"],
+                out["action_mean"],
+                out["action_std"],
+                rewards,
+                costs @ self.group_matrix[:, :model_groups],
+                dones,
+                time_outs,
+                out["values"],
+                out["cost_values"],
+                cfg.ppo.gamma,
+                boot_v,
+                boot_c,
+            )
+            cost_sums += costs.sum(0)
+            self._episode_return += rewards
+            self._episode_length += 1
+            n_done = int(dones.sum())
+            if n_done:
+                episodes.add(
+                    {
+                        "return": float(self._episode_return[dones].mean()),
+                        "length": float(self._episode_length[dones].mean()),
+                    },
+                    n_done,
+                )
+                self._episode_return[dones] = 0.0
+                self._episode_length[dones] = 0.0
+                episode_info = infos.get("episode") or {}
+                if episode_info:
+                    episodes.add({f"episode/{k}": float(v) for k, v in episode_info.items()}, n_done)
+            self.obs = {k: v.to(self.device) for k, v in next_obs.items()}
+        last_v, last_c = algo.values(self.obs["critic"])
+        storage.compute_returns(last_v, last_c, cfg.ppo.gamma, cfg.ppo.lam)
+        steps = torch.tensor([float(cfg.num_steps_per_env * self.num_envs)], device=self.device)
+        packed = self.dist.all_reduce_sum(torch.cat([steps, cost_sums]))
+        cost_rates = {f"cost_rate/{n}": float(packed[1 + k] / packed[0]) for k, n in enumerate(env.cost_names)}
+        return episodes, cost_rates
+
+    @torch.no_grad()
+    def update_normalizers(self) -> None:
+        pairs = (
+            (self.model.actor.normalizer, self.storage.obs),
+            (self.model.critic.normalizer, self.storage.critic_obs),
+        )
+        for normalizer, data in pairs:
+            if not isinstance(normalizer, ObsNormalizer):
+                continue
+            x = data.reshape(-1, data.shape[-1]).double()
+            count = torch.tensor([float(x.shape[0])], dtype=torch.float64, device=x.device)
+            packed = self.dist.all_reduce_sum(torch.cat([count, x.sum(0), x.square().sum(0)]))
+            n, d = packed[0], x.shape[-1]
+            mean = packed[1 : 1 + d] / n
+            var = (packed[1 + d :] / n - mean.square()).clamp(min=0)
+            normalizer.update_from_moments(mean.float(), var.float(), float(n))
+
+    def learn(self, iterations: int | None = None) -> list[dict[str, float]]:
+        """Train until ``iterations`` completed iterations in total (default: the config's)."""
+        target = self.cfg.iterations if iterations is None else iterations
+        main = self.dist.is_main
+        if main and self.run_dir is not None:
+            self.run_dir.mkdir(parents=True, exist_ok=True)
+            save_config_yaml(self.cfg, self.run_dir / "config.yaml")
+            if self.use_tensorboard and self.writer is None:
+                from torch.utils.tensorboard import SummaryWriter  # slow import
+
+                self.writer = SummaryWriter(log_dir=str(self.run_dir))
+        if self.obs is None:
+            self.obs = {k: v.to(self.device) for k, v in self.env.reset().items()}
+        bar = None
+        if self.progress:
+            from tqdm import tqdm
+
+            bar = tqdm(total=target, initial=self.iteration, desc=f"{self.cfg.algo} {self.cfg.task}", unit="it")
+        try:
+            while self.iteration < target:
+                t0 = time.perf_counter()
+                self.model.eval()
+                episodes, cost_rates = self.collect()
+                t1 = time.perf_counter()
+                self.model.train()
+                try:
+                    stats = self.algo.update(self.storage, self.iteration, self.generator)
+                except NonFiniteLossError as e:
+                    where = (
+                        f"the last good checkpoint is {self.last_checkpoint}"
+                        if self.last_checkpoint is not None
+                        else "no checkpoint was written yet"
+                    )
+                    raise TrainingError(f"training diverged: {e}; {where} (nothing was written after it)") from None
+                self.update_normalizers()
+                t2 = time.perf_counter()
+                record = self._record(episodes.reduced(self.dist), cost_rates, stats, t1 - t0, t2 - t1)
+                self.iteration += 1
+                if main:
+                    self._log(record)
+                if self.iteration % self.cfg.save_interval == 0 or self.iteration == target:
+                    self.save()
+                if bar is not None:
+                    bar.update(1)
+                    bar.set_postfix(
+                        reward=f"{record.get('mean_reward', float('nan')):.2f}",
+                        viol=f"{record.get('violations_per_episode', float('nan')):.2f}",
+                    )
+        finally:
+            if bar is not None:
+                bar.close()
+            if self.writer is not None:
+                self.writer.flush()
+        return self.history
+
+    @torch.no_grad()
+    def evaluate(self, num_steps: int, deterministic: bool = True) -> dict[str, float]:
+        """Run the current policy for ``num_steps`` steps from fresh resets (the mean action when
+        ``deterministic``); per-step reward and cost rates. Consumes environment steps only: it
+        leaves the training state untouched except the environment, which it resets."""
+        obs = self.env.reset()
+        reward_sum = 0.0
+        cost_sums = torch.zeros(len(self.env.cost_names), device=self.device)
+        for _ in range(num_steps):
+            obs_p = obs["policy"].to(self.device)
+            if deterministic:
+                actions = self.model.actor(obs_p)
+            else:
+                actions = self.algo.act(obs_p, obs["critic"].to(self.device), self.generator)["actions"]
+            obs, rewards, costs, _dones, _infos = self.env.step(actions)
+            reward_sum += float(rewards.float().mean())
+            cost_sums += costs.to(self.device).float().mean(0)
+        self.obs = None  # the next learn() call starts from a reset
+        out = {"reward_per_step": reward_sum / num_steps}
+        out.update({f"cost_rate/{n}": float(cost_sums[k] / num_steps) for k, n in enumerate(self.env.cost_names)})
+        return out
+
+    def _record(
+        self,
+        episodes: dict[str, float],
+        cost_rates: dict[str, float],
+        stats: dict[str, float],
+        collect_s: float,
+        update_s: float,
+    ) -> dict[str, float]:
+        record: dict[str, float] = {"iteration": self.iteration}
+        if "return" in episodes:
+            record["mean_reward"] = episodes.pop("return")
+            record["mean_episode_length"] = episodes.pop("length")
+        violations = [v for k, v in episodes.items() if k.startswith("episode/violations/")]
+        if violations:
+            record["violations_per_episode"] = float(sum(violations))
+        record.update(episodes)
+        record.update(cost_rates)
+        record.update(stats)
+        steps = self.cfg.num_envs * self.cfg.num_steps_per_env
+        record.update(
+            {"time/collection_s": collect_s, "time/update_s": update_s, "time/steps_per_s": steps / collect_s}
+        )
+        return record
+
+    def _log(self, record: dict[str, float]) -> None:
+        self.history.append(record)
+        if self.run_dir is None:
+            return
+        with open(self.run_dir / "metrics.jsonl", "a") as f:
+            f.write(json.dumps(record) + "\n")
+        if self.writer is not None:
+            step = int(record["iteration"])
+            for key, value in record.items():
+                if key != "iteration" and isinstance(value, (int, float)) and math.isfinite(value):
+                    self.writer.add_scalar(tensorboard_tag(key), value, step)
+
+
+def tensorboard_tag(key: str) -> str:
+    """Metric record key -> TensorBoard tag, grouped by section."""
+    if key in ("mean_reward", "mean_episode_length", "violations_per_episode"):
+        return f"Train/{key}"
+    head, _, rest = key.partition("/")
+    sections = {
+        "episode": "Episode",
+        "cost_rate": "Cost_per_step",
+        "loss": "Loss",
+        "time": "Perf",
+        "cost_return": "Constraint/J_C",
+        "cost_adv_mean": "Constraint/adv_mean",
+        "cost_adv_std": "Constraint/adv_std",
+        "violation": "Constraint/violation",
+        "lambda": "Penalty/lambda",
+        "nu": "Penalty/nu",
+    }
+    if head in sections and rest:
+        return f"{sections[head]}/{rest}"
+    if key == "kappa":
+        return "Penalty/kappa"
+    if key in ("kl", "learning_rate", "action_std", "entropy_coef", "grad_norm"):
+        return f"Policy/{key}"
+    return f"Algo/{key}"

@@ -1,0 +1,165 @@
+"""``aow-train`` / ``python -m training.train``: train a policy with one of the seven algorithms.
+
+Examples::
+
+    aow-train --task aow_flat --algo np3o --num-envs 4096 --iterations 1500 --seed 0 --run-dir runs/np3o
+    aow-train --task toy_speed_limit --algo ppo_lag --num-envs 64 --iterations 100 --run-dir runs/toy
+    aow-train --resume runs/np3o --iterations 3000          # continue to 3000 iterations in total
+    aow-train --config my.yaml --set ppo.learning_rate=3e-4 --set algo_params.kappa_max=2
+    torchrun --nproc-per-node 2 -m training.train --task toy_speed_limit --algo np3o --num-envs 128 ...
+
+Exit status: 0 done, 1 training error (divergence, bad checkpoint), 2 bad arguments or config.
+"""
+
+from __future__ import annotations
+
+import argparse
+import sys
+import time
+from pathlib import Path
+
+from training.algorithms import ALGORITHMS
+from training.checkpoint import CheckpointError, latest_checkpoint, load_checkpoint
+from training.config import ConfigError, TrainConfig, apply_override, load_config_yaml
+from training.distributed import init_distributed, shutdown_distributed
+
+# CLI flag -> config field (flags default to None so that "given" can be told from "default").
+FLAG_FIELDS = {
+    "task": "task",
+    "algo": "algo",
+    "num_envs": "num_envs",
+    "iterations": "iterations",
+    "seed": "seed",
+    "device": "device",
+    "backend": "backend",
+    "steps_per_env": "num_steps_per_env",
+    "save_interval": "save_interval",
+}
+
+
+def build_parser() -> argparse.ArgumentParser:
+    p = argparse.ArgumentParser(
+        prog="aow-train",
+        description="Train a locomotion policy with constrained RL (N-P3O and six baselines).",
+        formatter_class=argparse.RawDescriptionHelpFormatter,
+        epilog=__doc__.split("\n\n", 1)[1],
+    )
+    p.add_argument("--task", help="task name (aow_flat, ..., toy_speed_limit, or gym:<gymnasium id>)")
+    p.add_argument("--algo", choices=sorted(ALGORITHMS), help="algorithm (default np3o)")
+    p.add_argument("--num-envs", type=int, help="environments over all processes (default 4096)")
+    p.add_argument("--iterations", type=int, help="total learning iterations of the run (default 1500)")
+    p.add_argument("--seed", type=int, help="random seed (default 0)")
+    p.add_argument("--device", help="cpu or cuda (default cpu)")
+    p.add_argument("--backend", help="simulator backend of the task (default mujoco)")
+    p.add_argument("--steps-per-env", type=int, help="rollout length per environment (default 24)")
+    p.add_argument("--save-interval", type=int, help="checkpoint every N iterations (default 50)")
+    p.add_argument(
+        "--run-dir", type=Path, help="where checkpoints, config and logs go (default runs/<task>_<algo>_...)"
+    )
+    p.add_argument(
+        "--resume", type=Path, metavar="RUN_DIR", help="continue the run in RUN_DIR from its last checkpoint"
+    )
+    p.add_argument("--config", type=Path, help="YAML config (a TrainConfig; flags and --set override it)")
+    p.add_argument(
+        "--set",
+        action="append",
+        default=[],
+        metavar="KEY=VALUE",
+        help="override a config field, e.g. ppo.learning_rate=3e-4 or algo_params.kappa_max=2 (repeatable)",
+    )
+    p.add_argument(
+        "--env-override",
+        action="append",
+        default=[],
+        metavar="KEY=VALUE",
+        help="override a field of the task's config, e.g. constraint_rewards=true (repeatable)",
+    )
+    p.add_argument("--no-progress", action="store_true", help="no progress bar")
+    p.add_argument("--no-tensorboard", action="store_true", help="do not write TensorBoard event files")
+    return p
+
+
+def config_from_args(args: argparse.Namespace) -> TrainConfig:
+    data = load_config_yaml(args.config).to_dict() if args.config else TrainConfig().to_dict()
+    if args.algo and args.algo != data.get("algo"):
+        data["algo"] = args.algo
+        data.pop("algo_params", None)  # the new algorithm's defaults
+    for flag, field in FLAG_FIELDS.items():
+        value = getattr(args, flag)
+        if value is not None:
+            data[field] = value
+    for assignment in args.set:
+        apply_override(data, assignment)
+    for assignment in args.env_override:
+        apply_override(data.setdefault("env_overrides", {}), assignment)
+    return TrainConfig.from_dict(data)
+
+
+def resume_config(args: argparse.Namespace) -> TrainConfig:
+    """The stored config of the run; only --iterations may change on resume."""
+    ckpt = load_checkpoint(latest_checkpoint(args.resume))
+    data = dict(ckpt["config"])
+    conflicts = [
+        f"--{flag.replace('_', '-')}"
+        for flag in FLAG_FIELDS
+        if flag != "iterations" and getattr(args, flag) is not None
+    ]
+    if args.config or args.set or args.env_override:
+        conflicts.append("--config/--set/--env-override")
+    if args.run_dir is not None and args.run_dir.resolve() != args.resume.resolve():
+        conflicts.append("--run-dir")
+    if conflicts:
+        raise ConfigError(
+            f"{', '.join(conflicts)}: cannot change a resumed run (it continues with the config stored in "
+            f"{args.resume}); only --iterations may be given"
+        )
+    if args.iterations is not None:
+        data["iterations"] = args.iterations
+    return TrainConfig.from_dict(data)
+
+
+def main(argv: list[str] | None = None) -> int:
+    args = build_parser().parse_args(argv)
+    try:
+        cfg = resume_config(args) if args.resume else config_from_args(args)
+        cfg.validate()
+    except (ConfigError, CheckpointError) as e:
+        print(f"aow-train: error: {e}", file=sys.stderr)
+        return 2
+    run_dir = (
+        args.resume
+        or args.run_dir
+        or Path("runs") / f"{cfg.task}_{cfg.algo}_s{cfg.seed}_{time.strftime('%Y%m%d-%H%M%S')}"
+    )
+
+    from training.runner import Runner, TrainingError  # heavy imports after the argument checks
+
+    dist = init_distributed(cfg.device)
+    try:
+        runner = Runner(
+            cfg,
+            run_dir=run_dir,
+            dist=dist,
+            resume=args.resume is not None,
+            progress=not args.no_progress,
+            tensorboard=not args.no_tensorboard,
+        )
+        if runner.iteration >= cfg.iterations:
+            print(f"aow-train: {run_dir} already has {runner.iteration} iterations (target {cfg.iterations})")
+            return 0
+        runner.learn()
+    except (ConfigError, CheckpointError) as e:
+        print(f"aow-train: error: {e}", file=sys.stderr)
+        return 2
+    except TrainingError as e:
+        print(f"aow-train: error: {e}", file=sys.stderr)
+        return 1
+    finally:
+        shutdown_distributed(dist)
+    if dist.is_main:
+        print(f"aow-train: {cfg.iterations} iterations done; checkpoints in {run_dir}")
+    return 0
+
+
+if __name__ == "__main__":
+    sys.exit(main())
