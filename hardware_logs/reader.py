@@ -403,13 +403,32 @@ class BagSource:
         query = (
             f"SELECT timestamp, data FROM messages WHERE topic_id IN ({','.join('?' * len(ids))}) ORDER BY timestamp"
         )
-        cursor = self._guarded(storage.dbconn.execute(query, ids))
+        # islice pulls rows at C speed; if the storage fails inside a batch, the rows of that batch
+        # are fetched again one by one (starting after the last complete batch) up to the failure.
+        cursor = storage.dbconn.execute(query, ids)
+        done = 0
         while True:
-            rows = list(itertools.islice(cursor, self.batch_size))
+            try:
+                rows = list(itertools.islice(cursor, self.batch_size))
+            except STORAGE_ERRORS:
+                yield from self._sqlite_rows_until_failure(storage, query, ids, done)
+                return
             if not rows:
                 return
+            done += len(rows)
             times, data = zip(*rows, strict=True)
             yield self._emit(list(times), list(data))
+
+    def _sqlite_rows_until_failure(
+        self, storage: Sqlite3Reader, query: str, ids: list[int], skip: int
+    ) -> Iterator[RawBatch]:
+        times: list[int] = []
+        data: list[bytes] = []
+        for t, raw in self._guarded(itertools.islice(storage.dbconn.execute(query, ids), skip, None)):
+            times.append(t)
+            data.append(raw)
+        if data:
+            yield self._emit(times, data)
 
     def _mcap_indexed(self, storage: McapReader) -> bool:
         """The chunk index covers the topic and its chunks do not overlap in time."""
