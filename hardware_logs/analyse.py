@@ -137,13 +137,21 @@ class _RowAssembler:
                     self.mismatched[q] += len(g.rows)
                     continue
                 if whole:
-                    # One layout for the whole batch, rows in order (the usual case): one column
-                    # gather, and presence is the same for every row (a broadcast view, no copy).
-                    values[q] = np.full((n, joints), np.nan)
-                    values[q][:, contract_idx] = arr[:, msg_idx]
+                    # One layout for the whole batch, rows in order (the usual case): the decoded
+                    # array itself when the bag lists the contract's joints in contract order, else
+                    # one column gather; presence is one mask for all rows.
                     mask = np.zeros(joints, bool)
                     mask[contract_idx] = True
-                    present[q] = np.broadcast_to(mask, (n, joints))
+                    if len(contract_idx) == joints and (contract_idx == np.arange(joints)).all() and count == joints:
+                        values[q] = arr
+                    elif len(contract_idx) == joints:
+                        order = np.empty(joints, np.int64)
+                        order[contract_idx] = msg_idx
+                        values[q] = arr[:, order]
+                    else:
+                        values[q] = np.full((n, joints), np.nan)
+                        values[q][:, contract_idx] = arr[:, msg_idx]
+                    present[q] = mask
                     continue
                 if q not in values:
                     values[q] = np.full((n, joints), np.nan)
@@ -154,7 +162,7 @@ class _RowAssembler:
         for q in ("velocity", "effort"):
             if q not in values:
                 values[q] = np.full((n, joints), np.nan)
-                present[q] = np.broadcast_to(np.zeros(joints, bool), (n, joints))
+                present[q] = np.zeros(joints, bool)
         for row, reason in decoded.undecodable:
             self.warn(f"message #{first_row + row} (bag time {int(bag_time[row])}) could not be decoded: {reason}")
         self._track_names(names_id, ok, group_names, bag_time, first_row)
@@ -255,11 +263,11 @@ class BagAnalysis:
             # The held-back row's successor is this batch's first row.
             gap = np.array([-1 if brk[0] else t[0] - self._carry[0][0]], np.int64)
             self._process(self._carry, gap)
-        self._carry = tuple(r[-1:] for r in rows)
+        self._carry = tuple(r if r.ndim == 1 and r.dtype == bool and r is not brk else r[-1:] for r in rows)
         if len(t) > 1:
             dt = np.diff(t)
             dt[brk[1:]] = -1
-            self._process(tuple(r[:-1] for r in rows), dt)
+            self._process(tuple(r if r.ndim == 1 and r.dtype == bool and r is not brk else r[:-1] for r in rows), dt)
 
     def _note(self, back: np.ndarray, gap: np.ndarray, t: np.ndarray, prev: np.ndarray) -> None:
         for kind, mask in (("backwards", back), ("gap", gap)):
@@ -311,7 +319,7 @@ class BagAnalysis:
             (self.torque, self.torque_envelope, eff, eff_ok),
         ):
             acc.update(values, ok, dt_ns, elapsed_ns, t, brk, phase)
-            env.update(elapsed, values, ok & ~np.isnan(values))
+            env.update(elapsed, values)
         self.rows += len(t)
 
     @property
@@ -372,7 +380,9 @@ def analyse_bag(
                         use_bag_time = bool(stamp[np.flatnonzero(ok)[0]] == 0)
                     t = batch.bag_time_ns if use_bag_time else stamp
                     if not ok.all():
-                        t, vel, vel_ok, eff, eff_ok = t[ok], vel[ok], vel_ok[ok], eff[ok], eff_ok[ok]
+                        t, vel, eff = t[ok], vel[ok], eff[ok]
+                        vel_ok = vel_ok if vel_ok.ndim == 1 else vel_ok[ok]
+                        eff_ok = eff_ok if eff_ok.ndim == 1 else eff_ok[ok]
                     if result.start_stamp_ns is None and len(t):
                         result.start_stamp_ns = int(t[0])
                     analysis.push(t, vel, vel_ok, eff, eff_ok)

@@ -197,8 +197,12 @@ def matches(words: np.ndarray, headers: np.ndarray, layout: JointStateLayout) ->
     """Per message: the encapsulation header and all structural bytes equal the layout's."""
     first, last = int(layout.struct_words[0]), int(layout.struct_words[-1]) + 1
     mask, value = layout.span_mask, layout.span_value
-    cols = words[:, first:last]  # a strided view: no gather copy
-    return (np.bitwise_and(cols, mask) == value).all(axis=1) & (headers == layout.header)
+    # One contiguous copy of the span, masked in place, then compared row-wise as opaque bytes
+    # (a single memcmp per message instead of an element-wise compare and a reduction).
+    cols = np.array(words[:, first:last], order="C", copy=True)  # contiguous and writable
+    np.bitwise_and(cols, mask, out=cols)
+    row = np.dtype((np.void, 8 * (last - first)))
+    return (cols.view(row).ravel() == value.view(row)[0]) & (headers == layout.header)
 
 
 def decode_stacked(

@@ -38,12 +38,11 @@ class Envelope:
             width *= 2
         return width
 
-    def update(self, elapsed: np.ndarray, values: np.ndarray, valid: np.ndarray) -> None:
+    def update(self, elapsed: np.ndarray, values: np.ndarray) -> None:
+        """Values are NaN where a joint has no sample."""
         if not len(elapsed):
             return
         bucket = np.floor(elapsed / self.width_s).astype(np.int64)
-        if not valid.all():
-            values = np.where(valid, values, np.nan)
         starts = np.flatnonzero(np.r_[True, bucket[1:] != bucket[:-1]])
         # fmin/fmax skip NaN (missing or NaN samples); a bucket without any sample stays NaN.
         self._append(bucket[starts], np.fmin.reduceat(values, starts), np.fmax.reduceat(values, starts))

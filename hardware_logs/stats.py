@@ -196,21 +196,28 @@ class QuantityAccumulator:
         n = len(dt_ns)
         if n == 0:
             return
-        self.present_messages += int(present.any(axis=1).sum())
-        nan = present & np.isnan(values)
-        if nan.any():
+        if present.ndim == 1:  # one presence mask for every row (the usual case)
+            self.present_messages += n if present.any() else 0
+            present = np.broadcast_to(present, values.shape)
+            uniform = bool(present[0].all())
+        else:
+            self.present_messages += int(present.any(axis=1).sum())
+            uniform = False
+        isnan = np.isnan(values)
+        if uniform and not isnan.any():
+            valid, clean = present, values  # every sample present and finite: no masking passes
+        else:
+            nan = present & isnan
             self.nan_samples += nan.sum(axis=0)
             valid = present & ~nan
-        else:
-            valid = present
-        clean = np.where(valid, values, 0.0)
+            clean = np.where(valid, values, 0.0)
         magnitude = np.abs(clean)
-        counted = valid.sum(axis=0)
+        counted = np.full(values.shape[1], n, np.int64) if valid is present and uniform else valid.sum(axis=0)
         self.samples += counted
         self.peak_abs = np.where(counted > 0, np.fmax(self.peak_abs, magnitude.max(axis=0)), self.peak_abs)
-        self._histogram(magnitude, valid)
+        self._histogram(magnitude, None if valid is present and uniform else valid)
 
-        over = violations.over_limit(clean, self.limits) & valid
+        over = violations.over_limit(clean, self.limits)  # 0 where not valid, never over
         single_phase = bool((phase == phase[0]).all())
         phases = [int(phase[0])] if single_phase else np.unique(phase).tolist()
         for p in phases:
@@ -244,13 +251,13 @@ class QuantityAccumulator:
 
         self._segment_events(over, excess, magnitude, over_dt, elapsed_ns, stamp_ns, breaks, phase)
 
-    def _histogram(self, magnitude: np.ndarray, valid: np.ndarray) -> None:
+    def _histogram(self, magnitude: np.ndarray, valid: np.ndarray | None) -> None:
         j = len(self.joint_names)
         # Truncation is floor for these non-negative values; the last bin collects the overflow.
         idx = (magnitude * (HIST_BINS / self.hist_max)).astype(np.int64)
         np.minimum(idx, HIST_BINS, out=idx)
         idx += np.arange(j) * (HIST_BINS + 1)
-        flat = idx[valid] if not valid.all() else idx.ravel()
+        flat = idx.ravel() if valid is None else idx[valid]
         self.hist += np.bincount(flat, minlength=j * (HIST_BINS + 1)).reshape(j, HIST_BINS + 1)
 
     def _segment_events(
