@@ -12,10 +12,12 @@ Run directory (rank 0)::
     metrics.jsonl        one JSON record per iteration (what aow-compare reads)
     events.out.tfevents.*  TensorBoard scalars
 
-Exact resume: a checkpoint also holds every rank's sampling-generator state, the environment
-state when the environment offers ``state_dict()``/``load_state_dict()`` (the toy CMDP does)
-and the current observations, so ``--resume`` continues the very same trajectory. For an
-environment without ``state_dict`` the episodes restart on resume (everything else is exact).
+Exact resume: a checkpoint also holds every rank's sampling-generator state, the environment's
+``state_dict()`` when it has one, and the current observations. An environment whose state is
+complete (attribute ``resume_exact = True``, as the toy CMDP) continues the very same trajectory;
+other environments (the MuJoCo tasks save their generators and curriculum but not the physics)
+restart their episodes on resume, while the model, optimizer, normalizers, penalty weights and
+sampling generators continue exactly.
 
 Observation normalizers are updated after each policy update from that rollout's observations
 (moments reduced over ranks), so the rollout and its update see the same normalization.
@@ -51,31 +53,27 @@ class TrainingError(RuntimeError):
 
 def _project_make_env() -> Callable[..., Any] | None:
     try:
-        from training.envs import make_env  # written by another issue; optional here
+        from training.envs import make_env
     except ImportError:
         return None
     return make_env
 
 
-def check_task(task: str) -> None:
-    """Refuse an unknown task name before anything is built."""
+def check_task(task: str, overrides: dict[str, Any] | None = None) -> None:
+    """Refuse an unknown task name or bad task overrides before anything is built."""
     if task in TOY_TASKS or task.startswith(GYM_PREFIX):
         return
-    make_env = _project_make_env()
-    if make_env is None:
+    try:
+        from training.envs import task_config  # written by another issue; optional here
+    except ImportError:
         raise ConfigError(
             f"task: {task!r} needs training.envs, which is not available here (built-in tasks: {sorted(TOY_TASKS)}, "
             f"or '{GYM_PREFIX}<gymnasium id>')"
-        )
-    known = None
+        ) from None
     try:
-        import training.envs as envs
-
-        known = getattr(envs, "TASKS", None)
-    except ImportError:
-        pass
-    if known is not None and task not in known:
-        raise ConfigError(f"task: unknown task {task!r} (known: {sorted(known)} + {sorted(TOY_TASKS)})")
+        task_config(task, **(overrides or {}))
+    except (TypeError, ValueError) as e:
+        raise ConfigError(f"task {task!r}: {e}") from None
 
 
 def make_task_env(task: str, num_envs: int, backend: str, device: str, seed: int, overrides: dict[str, Any]) -> Any:
@@ -153,7 +151,7 @@ class Runner:
         tensorboard: bool = True,
     ):
         cfg.validate()
-        check_task(cfg.task)
+        check_task(cfg.task, cfg.env_overrides)
         self.cfg = cfg
         self.dist = dist or DistContext()
         self.run_dir = Path(run_dir) if run_dir is not None else None
@@ -295,9 +293,10 @@ class Runner:
             self.generator.set_state(mine_state["generator"])
             if mine_state.get("env") is not None and hasattr(self.env, "load_state_dict"):
                 self.env.load_state_dict(mine_state["env"])
-                self.obs = {k: v.to(self.device) for k, v in mine_state["obs"].items()}
-                self._episode_return = mine_state["episode_return"].to(self.device)
-                self._episode_length = mine_state["episode_length"].to(self.device)
+                if getattr(self.env, "resume_exact", False):
+                    self.obs = {k: v.to(self.device) for k, v in mine_state["obs"].items()}
+                    self._episode_return = mine_state["episode_return"].to(self.device)
+                    self._episode_length = mine_state["episode_length"].to(self.device)
         self.last_checkpoint = path
         self._trim_metrics()
 
@@ -533,11 +532,12 @@ def tensorboard_tag(key: str) -> str:
         "violation": "Constraint/violation",
         "lambda": "Penalty/lambda",
         "nu": "Penalty/nu",
+        "grad_norm": "GradNorm",
     }
     if head in sections and rest:
         return f"{sections[head]}/{rest}"
     if key == "kappa":
         return "Penalty/kappa"
-    if key in ("kl", "learning_rate", "action_std", "entropy_coef", "grad_norm"):
+    if key in ("kl", "learning_rate", "action_std", "entropy_coef"):
         return f"Policy/{key}"
     return f"Algo/{key}"

@@ -71,6 +71,8 @@ class ToySpeedLimitConfig:
 class ToySpeedLimitEnv:
     """Batched, torch-only; follows the environment API of /work/INTERFACES.md section 1."""
 
+    resume_exact = True  # state_dict() holds the whole state: resumed runs continue exactly
+
     def __init__(
         self, num_envs: int, device: str | torch.device = "cpu", seed: int = 0, cfg: ToySpeedLimitConfig | None = None
     ):

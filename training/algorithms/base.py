@@ -4,7 +4,9 @@ One update = ``num_epochs`` passes over the rollout in ``num_minibatches`` minib
 minibatch: one actor pass, one pass of the reward critic and all cost critics together
 (:class:`~training.algorithms.critics.CriticEvaluator`), the algorithm's policy loss, clipped
 value losses for the reward and every cost critic, the decaying entropy bonus, ONE backward
-pass, a gradient all-reduce across ranks, gradient-norm clipping and an Adam step. The learning
+pass, a gradient all-reduce across ranks, gradient-norm clipping per network (actor, reward
+critic, each cost critic: large cost targets must not shrink the policy's step) and one Adam
+step. The learning
 rate follows the KL between the rollout policy and the current one (rsl_rl's adaptive rule).
 
 Subclasses change only :meth:`ConstrainedPPO.policy_loss` and, where the paper says so, the
@@ -148,13 +150,22 @@ class ConstrainedPPO:
         if limits.shape != (G,):
             raise ValueError(f"cost_limits: expected {G} values (one per cost group), got shape {tuple(limits.shape)}")
         self.cost_limits = limits.to(self.device)
-        self.group_names = list(group_names) if group_names is not None else [str(g) for g in range(G)]
+        self.group_names = self.group_names_or_default(G, group_names)
         if len(self.group_names) != G:
             raise ValueError(f"group_names: expected {G} names, got {self.group_names}")
         self.learning_rate = cfg.learning_rate
         self.parameters = [p for p in model.parameters() if p.requires_grad]
+        # Gradient norms are clipped per network: a cost critic whose targets are large (costs can
+        # be orders of magnitude above the rewards) must not shrink the policy's step.
+        self.clip_groups = {"actor": list(model.actor.parameters()), "critic": list(model.critic.parameters())}
+        for name, critic in zip(self.group_names, model.cost_critics, strict=True):
+            self.clip_groups[f"cost_critic/{name}"] = list(critic.parameters())
         self.optimizer = torch.optim.Adam(self.parameters, lr=self.learning_rate)
         self.critics = CriticEvaluator(model, critic_mode)
+
+    @staticmethod
+    def group_names_or_default(num_groups: int, names: list[str] | None) -> list[str]:
+        return list(names) if names is not None else [str(g) for g in range(num_groups)]
 
     @property
     def num_cost_groups(self) -> int:
@@ -307,14 +318,15 @@ class ConstrainedPPO:
             self.optimizer.zero_grad(set_to_none=True)
             loss.backward()
             self.dist.all_reduce_grads(self.parameters)
-            grad_norm = nn.utils.clip_grad_norm_(self.parameters, cfg.max_grad_norm)
-            if not torch.isfinite(grad_norm):
-                raise NonFiniteLossError(
-                    f"non-finite gradient norm at iteration {iteration}, minibatch {m} of epoch {epoch}; "
-                    "the step was not applied"
-                )
+            for name, params in self.clip_groups.items():
+                norm = nn.utils.clip_grad_norm_(params, cfg.max_grad_norm, foreach=True)
+                if not torch.isfinite(norm):
+                    raise NonFiniteLossError(
+                        f"non-finite gradient norm of the {name} at iteration {iteration}, minibatch {m} of epoch "
+                        f"{epoch}; the step was not applied"
+                    )
+                terms[f"grad_norm/{name}"] = norm
             self.optimizer.step()
-            terms["grad_norm"] = grad_norm
             for k, v in terms.items():
                 sums[k] = sums.get(k, 0.0) + v.detach().float()
             count += 1
