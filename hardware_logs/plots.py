@@ -114,7 +114,7 @@ def plot_traces(
     for ax in axes[-1]:
         ax.set_xlabel("elapsed time [s]", fontsize=8)
     fig.suptitle(title, fontsize=10)
-    fig.tight_layout()
+    fig.subplots_adjust(left=0.05, right=0.98, bottom=0.08, top=0.9, wspace=0.25, hspace=0.45)
     _save(fig, path)
 
 
@@ -144,7 +144,7 @@ def plot_histograms(path: Path, result: QuantityResult, title: str) -> None:
         ax.set_title(label, fontsize=8)
         ax.tick_params(labelsize=7)
     fig.suptitle(title, fontsize=10)
-    fig.tight_layout()
+    fig.subplots_adjust(left=0.05, right=0.98, bottom=0.08, top=0.9, wspace=0.25, hspace=0.45)
     _save(fig, path)
 
 
