@@ -22,8 +22,11 @@ setup(
     maintainer_email="dev@aow.local",
     description="ONNX locomotion policy runtime and violation monitor for the AoW robot.",
     license="BSD-3-Clause",
-    tests_require=["pytest"],
     entry_points={
-        "console_scripts": [],
+        "console_scripts": [
+            # `ros2 run aow_policy controller_node` (setup.cfg installs scripts into lib/aow_policy)
+            "controller_node = aow_policy.controller_node:main",
+            "violation_monitor_node = aow_policy.violation_monitor_node:main",
+        ],
     },
 )

@@ -20,6 +20,7 @@ class LoopStats:
     count: int = 0
     overruns: int = 0
     _last_start: float = math.nan
+    _reported_overruns: int = 0
 
     def __post_init__(self) -> None:
         self.periods = np.full(self.window, np.nan)
@@ -36,6 +37,12 @@ class LoopStats:
             self.overruns += 1
         self._last_start = start
         self.count += 1
+
+    def recent_overruns(self) -> int:
+        """Overruns since the previous call."""
+        recent = self.overruns - self._reported_overruns
+        self._reported_overruns = self.overruns
+        return recent
 
     def summary(self) -> dict[str, float]:
         n = min(self.count, self.window)

@@ -1,0 +1,186 @@
+"""ROS 2 node running an exported policy on the robot: a thin shell over :class:`ControllerCore`.
+
+Subscribes joint states, odometry (sensor-data QoS), velocity commands and the elevation map;
+publishes one joint command per control period (``joint_state`` mode: sensor_msgs/JointState on
+``joint_commands``; ``ros2_control`` mode: std_msgs/Float64MultiArray to a leg position and a
+wheel velocity forward controller); services ``~/start`` and ``~/stop`` (std_srvs/Trigger);
+diagnostic_msgs/DiagnosticArray on ``/diagnostics`` with the state, input ages and loop timing.
+Every decision is the core's; this file only moves messages and time. On shutdown the node
+sends one DAMPING command. Parameters: :data:`aow_policy.node_support.CONTROLLER_PARAMS`.
+"""
+
+from __future__ import annotations
+
+import time
+from typing import Any
+
+import rclpy
+from diagnostic_msgs.msg import DiagnosticArray, DiagnosticStatus, KeyValue
+from geometry_msgs.msg import Twist
+from nav_msgs.msg import Odometry
+from rclpy.executors import ExternalShutdownException
+from rclpy.node import Node
+from rclpy.qos import QoSProfile, ReliabilityPolicy, qos_profile_sensor_data
+from sensor_msgs.msg import JointState
+from std_msgs.msg import Float64MultiArray
+from std_srvs.srv import Trigger
+
+from aow_policy.controller import ControllerConfig, ControllerCore
+from aow_policy.loop_stats import LoopStats
+from aow_policy.messages import Ros2ControlCommands, joint_command_msg
+from aow_policy.node_support import (
+    CONTROLLER_PARAMS,
+    controller_diagnostics,
+    declare_parameters,
+    init_keeping_context_on_sigint,
+    rclpy_message_factory,
+    split_joint_list,
+)
+from aow_policy.policy import PolicyRunner
+from aow_policy.robot import load_robot
+
+RATE_TOLERANCE = 1e-6
+
+
+class ControllerNode(Node):
+    def __init__(self, **kwargs: Any):
+        super().__init__("controller_node", **kwargs)
+        p = declare_parameters(self, CONTROLLER_PARAMS)
+        self.params = p
+        if not p["policy"]:
+            raise ValueError("parameter 'policy' is empty: pass the exported ONNX policy (policy:=/path/policy.onnx)")
+        robot = load_robot(p["robot_config"] or None)
+        policy = PolicyRunner.load(p["policy"], robot)
+        self.core = ControllerCore(robot, policy, ControllerConfig.from_mapping(p))
+        period = robot.rates.policy_dt
+        if p["control_rate_hz"] and abs(p["control_rate_hz"] * period - 1.0) > RATE_TOLERANCE:
+            raise ValueError(
+                f"control_rate_hz {p['control_rate_hz']} differs from the policy's rate {1.0 / period} Hz: a policy "
+                f"runs at the rate it was trained at"
+            )
+        self.loop = LoopStats(period)
+        self.factory = rclpy_message_factory()
+        self._next_auto_start = 0.0
+
+        self.create_subscription(JointState, p["joint_states_topic"], self._on_joint_state, qos_profile_sensor_data)
+        self.create_subscription(Odometry, p["odometry_topic"], self._on_odometry, qos_profile_sensor_data)
+        self.create_subscription(Twist, p["cmd_vel_topic"], self._on_command, QoSProfile(depth=10))
+        if self.core.scanner is not None:
+            from grid_map_msgs.msg import GridMap  # only policies with a height scan need grid_map_msgs
+
+            map_qos = QoSProfile(depth=1, reliability=ReliabilityPolicy.RELIABLE)
+            self.create_subscription(GridMap, p["elevation_map_topic"], self._on_grid_map, map_qos)
+
+        command_qos = QoSProfile(depth=1, reliability=ReliabilityPolicy.RELIABLE)
+        if p["output_mode"] == "ros2_control":
+            legs = split_joint_list(p["leg_controller_joints"]) or list(robot.leg_joint_names)
+            wheels = split_joint_list(p["wheel_controller_joints"]) or list(robot.wheel_joint_names)
+            self.split = Ros2ControlCommands(robot.joint_names, legs, wheels)
+            self.leg_pub = self.create_publisher(Float64MultiArray, p["leg_controller_topic"], command_qos)
+            self.wheel_pub = self.create_publisher(Float64MultiArray, p["wheel_controller_topic"], command_qos)
+        else:
+            self.command_pub = self.create_publisher(JointState, p["joint_commands_topic"], command_qos)
+        self.diag_pub = self.create_publisher(DiagnosticArray, "/diagnostics", QoSProfile(depth=10))
+
+        self.create_service(Trigger, "~/start", self._on_start)
+        self.create_service(Trigger, "~/stop", self._on_stop)
+        self.create_timer(period, self._on_control_timer)
+        self.create_timer(p["diagnostics_period"], self._publish_diagnostics)
+        self.get_logger().info(
+            f"policy {p['policy']} on {robot.name} at {1.0 / period:.1f} Hz, output {p['output_mode']}, "
+            f"state {self.core.state.value}; call ~/start to stand up"
+        )
+
+    def now(self) -> float:
+        """Node clock (ROS time; simulation time with use_sim_time) in seconds."""
+        return self.get_clock().now().nanoseconds * 1e-9
+
+    # ---- inputs ----------------------------------------------------------------------------
+    def _on_joint_state(self, msg: JointState) -> None:
+        self.core.on_joint_state(msg, self.now())
+
+    def _on_odometry(self, msg: Odometry) -> None:
+        self.core.on_odometry(msg, self.now())
+
+    def _on_command(self, msg: Twist) -> None:
+        self.core.on_command(msg, self.now())
+
+    def _on_grid_map(self, msg: Any) -> None:
+        self.core.on_grid_map(msg, self.now())
+
+    # ---- services --------------------------------------------------------------------------
+    def _on_start(self, request: Trigger.Request, response: Trigger.Response) -> Trigger.Response:
+        response.success, response.message = self.core.start(self.now())
+        self.get_logger().info(f"~/start: {response.message}")
+        return response
+
+    def _on_stop(self, request: Trigger.Request, response: Trigger.Response) -> Trigger.Response:
+        response.success, response.message = self.core.stop(self.now())
+        self.get_logger().info(f"~/stop: {response.message}")
+        return response
+
+    # ---- loop ------------------------------------------------------------------------------
+    def _on_control_timer(self) -> None:
+        start = time.perf_counter()
+        now = self.now()
+        if self.params["auto_start"] and self.core.fault is None and now >= self._next_auto_start:
+            if self.core.state.value in ("ZERO_TORQUE", "DAMPING") and self.core.start(now)[0]:
+                self.params["auto_start"] = False  # once: after a fault a person decides
+            self._next_auto_start = now + 1.0
+        previous = self.core.state
+        command = self.core.step(now)
+        if command.has_measurement:
+            self._publish(command)
+        self.loop.record(start, time.perf_counter())
+        if command.state is not previous:
+            log = self.get_logger().error if self.core.fault else self.get_logger().info
+            log(f"{previous.value} -> {command.state.value}" + (f": {self.core.fault}" if self.core.fault else ""))
+
+    def _publish(self, command: Any) -> None:
+        if self.params["output_mode"] == "ros2_control":
+            legs, wheels = self.split.messages(self.factory, command)
+            self.leg_pub.publish(legs)
+            self.wheel_pub.publish(wheels)
+        else:
+            self.command_pub.publish(joint_command_msg(self.factory, command))
+
+    def _publish_diagnostics(self) -> None:
+        level, message, values = controller_diagnostics(self.core, self.loop, self.now())
+        status = DiagnosticStatus(
+            level=getattr(DiagnosticStatus, level),
+            name=f"{self.get_fully_qualified_name()}: controller",
+            message=message,
+            hardware_id=self.core.robot.name,
+            values=[KeyValue(key=k, value=v) for k, v in values.items()],
+        )
+        array = DiagnosticArray(status=[status])
+        array.header.stamp = self.get_clock().now().to_msg()
+        self.diag_pub.publish(array)
+
+    def shutdown(self) -> None:
+        """Leave the robot damped: one DAMPING command before the node goes away."""
+        now = self.now()
+        self.core.stop(now, reason="node shutting down")
+        command = self.core.step(now)
+        if command.has_measurement:
+            self._publish(command)
+
+
+def main(args: list[str] | None = None) -> None:
+    init_keeping_context_on_sigint(args)
+    node = None
+    try:
+        node = ControllerNode()
+        rclpy.spin(node)
+    except (KeyboardInterrupt, ExternalShutdownException):
+        pass
+    finally:
+        if node is not None:
+            if rclpy.ok():
+                node.shutdown()
+            node.destroy_node()
+        rclpy.try_shutdown()
+
+
+if __name__ == "__main__":
+    main()

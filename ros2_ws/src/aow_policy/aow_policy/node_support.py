@@ -1,0 +1,261 @@
+"""What the ROS 2 nodes share that needs no ROS to define or test: parameters, diagnostics, factory.
+
+Parameters are specified once here (name, default, description, range) and declared by the nodes
+from these specs, so ``config/controller.yaml``, the nodes and the tests cannot drift apart.
+ROS packages are imported inside the functions that need them only, so this module imports
+anywhere; the ``*_node`` modules are the only ones that import rclpy at the top.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Mapping, Sequence
+from dataclasses import dataclass, fields
+from typing import Any
+
+from aow_policy.controller import ControllerConfig, ControllerCore, ControllerState
+from aow_policy.loop_stats import LoopStats
+from aow_policy.msg_defs import GRID_MAP
+
+OUTPUT_MODES = ("joint_state", "ros2_control")
+
+
+@dataclass(frozen=True)
+class ParamSpec:
+    """One node parameter: its default fixes its type (bool, int, float or str)."""
+
+    name: str
+    default: bool | int | float | str
+    description: str
+    min: float | None = None
+    max: float | None = None
+    choices: tuple[str, ...] = ()
+
+    def check(self, value: Any) -> None:
+        """Raise ValueError naming the parameter if ``value`` is outside its range or choices."""
+        if self.choices and value not in self.choices:
+            raise ValueError(f"parameter {self.name}: {value!r} is not one of {list(self.choices)}")
+        if isinstance(value, int | float) and not isinstance(value, bool):
+            if self.min is not None and not value >= self.min:
+                raise ValueError(f"parameter {self.name}: {value!r} is below its minimum {self.min}")
+            if self.max is not None and not value <= self.max:
+                raise ValueError(f"parameter {self.name}: {value!r} is above its maximum {self.max}")
+
+
+_CORE_DESCRIPTIONS = {
+    "stand_up_duration": ("Seconds to move from the measured pose to the default pose after ~/start", 0.0, 30.0),
+    "initial_state": ("State before the first ~/start: ZERO_TORQUE or DAMPING", None, None),
+    "joint_states_max_age": ("Max age (s) of the last joint state; older -> DAMPING", 0.001, 1.0),
+    "odometry_max_age": ("Max age (s) of the last odometry; older -> DAMPING (in POLICY)", 0.001, 1.0),
+    "height_map_max_age": (
+        "Max age (s) since the last elevation map arrived; older -> DAMPING (in POLICY)",
+        0.01,
+        10.0,
+    ),
+    "height_map_stamp_max_age": (
+        "Max age (s) of the map's header stamp against the node clock; <= 0 disables this check",
+        -1.0,
+        60.0,
+    ),
+    "command_max_age": ("Max age (s) of the last cmd_vel; older -> zero velocity command (no fault)", 0.01, 10.0),
+    "height_map_layer": ("GridMap layer holding terrain heights", None, None),
+    "height_sampling": ("Height scan sampling: bilinear or nearest", None, None),
+    "min_height_valid_fraction": ("Share of height-scan points that must have map data, else DAMPING", 0.01, 1.0),
+    "twist_frame": ("Frame of the Odometry twist: child (REP 105, the base) or parent", None, None),
+    "joint_position_margin": ("Radians a measured joint may lie beyond its limits before it is refused", 0.001, 3.2),
+    "joint_velocity_factor": ("Measured |velocity| up to this times the actuator limit is plausible", 1.0, 10.0),
+    "max_base_linear_speed": ("Plausible base speed (m/s) in odometry; above -> DAMPING", 0.1, 100.0),
+    "max_base_angular_speed": ("Plausible base angular speed (rad/s) in odometry; above -> DAMPING", 0.1, 100.0),
+    "quaternion_norm_tolerance": ("Odometry orientation with | |q| - 1 | above this is refused", 1e-6, 0.5),
+    "check_frames": ("Require the map's frame_id to equal the odometry's header.frame_id", None, None),
+}
+_CORE_CHOICES = {
+    "initial_state": ("ZERO_TORQUE", "DAMPING"),
+    "height_sampling": ("bilinear", "nearest"),
+    "twist_frame": ("child", "parent"),
+}
+
+
+def _core_specs() -> tuple[ParamSpec, ...]:
+    defaults = ControllerConfig()
+    specs = []
+    for f in fields(ControllerConfig):
+        description, lo, hi = _CORE_DESCRIPTIONS[f.name]
+        specs.append(ParamSpec(f.name, getattr(defaults, f.name), description, lo, hi, _CORE_CHOICES.get(f.name, ())))
+    return tuple(specs)
+
+
+CONTROLLER_PARAMS: tuple[ParamSpec, ...] = (
+    ParamSpec("policy", "", "Exported ONNX policy (aow-export); required"),
+    ParamSpec("robot_config", "", "Robot contract YAML; empty: the package's config/aow_c.yaml"),
+    ParamSpec(
+        "control_rate_hz",
+        0.0,
+        "Control loop rate; 0: the policy's rate from its contract (any other value must equal it)",
+        0.0,
+        1000.0,
+    ),
+    ParamSpec("auto_start", False, "Call ~/start by itself once fresh joint states arrive"),
+    ParamSpec(
+        "output_mode",
+        "joint_state",
+        "joint_state: JointState on joint_commands_topic; ros2_control: "
+        "Float64MultiArray to a leg position and a wheel velocity controller",
+        choices=OUTPUT_MODES,
+    ),
+    ParamSpec("joint_states_topic", "joint_states", "sensor_msgs/JointState input (sensor-data QoS)"),
+    ParamSpec("odometry_topic", "odometry", "nav_msgs/Odometry input (sensor-data QoS)"),
+    ParamSpec("cmd_vel_topic", "cmd_vel", "geometry_msgs/Twist velocity command input"),
+    ParamSpec("elevation_map_topic", "elevation_map", "grid_map_msgs/GridMap input (reliable, depth 1)"),
+    ParamSpec("joint_commands_topic", "joint_commands", "sensor_msgs/JointState command output (joint_state mode)"),
+    ParamSpec(
+        "leg_controller_topic",
+        "leg_position_controller/commands",
+        "Float64MultiArray leg position commands (ros2_control mode)",
+    ),
+    ParamSpec(
+        "wheel_controller_topic",
+        "wheel_velocity_controller/commands",
+        "Float64MultiArray wheel velocity commands (ros2_control mode)",
+    ),
+    ParamSpec(
+        "leg_controller_joints",
+        "",
+        "Comma-separated joint order of the leg controller; empty: the contract's leg joints in contract order",
+    ),
+    ParamSpec(
+        "wheel_controller_joints",
+        "",
+        "Comma-separated joint order of the wheel controller; empty: the contract's wheel joints in contract order",
+    ),
+    ParamSpec("diagnostics_period", 1.0, "Seconds between /diagnostics messages", 0.05, 60.0),
+    *_core_specs(),
+)
+
+MONITOR_PARAMS: tuple[ParamSpec, ...] = (
+    ParamSpec("robot_config", "", "Robot contract YAML (constraint limits); empty: the package's config/aow_c.yaml"),
+    ParamSpec("joint_states_topic", "joint_states", "sensor_msgs/JointState input (sensor-data QoS)"),
+    ParamSpec("log_dir", "~/.ros/aow_violations", "Directory for the JSON Lines logs (one file per run)"),
+    ParamSpec("summary_period", 1.0, "Seconds between interval summaries in the log and on /diagnostics", 0.05, 3600.0),
+    ParamSpec("policy_dt", 0.0, "Policy period (s) for the per-step indicator; 0: the robot contract's", 0.0, 1.0),
+    ParamSpec("episode_s", 20.0, "Episode length (s) for violations per episode (the paper's: 20 s)", 0.1, 3600.0),
+    ParamSpec("use_header_stamp", True, "Time samples by their header stamp (else by arrival on the node clock)"),
+)
+
+
+def spec_table(specs: Sequence[ParamSpec]) -> dict[str, ParamSpec]:
+    return {s.name: s for s in specs}
+
+
+def check_parameters(specs: Sequence[ParamSpec], values: Mapping[str, Any]) -> None:
+    for spec in specs:
+        spec.check(values[spec.name])
+
+
+def split_joint_list(value: str) -> list[str]:
+    return [name.strip() for name in value.split(",") if name.strip()]
+
+
+# ---- rclpy glue (imports ROS inside) ----------------------------------------------------------
+
+
+def declare_parameters(node: Any, specs: Sequence[ParamSpec]) -> dict[str, Any]:
+    """Declare each spec on an rclpy node with description and range; return the values, checked."""
+    from rcl_interfaces.msg import FloatingPointRange, IntegerRange, ParameterDescriptor
+
+    values = {}
+    for spec in specs:
+        description = spec.description + (f" (one of {', '.join(spec.choices)})" if spec.choices else "")
+        descriptor = ParameterDescriptor(description=description, read_only=True)
+        if isinstance(spec.default, float) and spec.min is not None and spec.max is not None:
+            descriptor.floating_point_range = [FloatingPointRange(from_value=spec.min, to_value=spec.max, step=0.0)]
+        elif isinstance(spec.default, int) and not isinstance(spec.default, bool) and spec.min is not None:
+            descriptor.integer_range = [IntegerRange(from_value=int(spec.min), to_value=int(spec.max), step=1)]
+        values[spec.name] = node.declare_parameter(spec.name, spec.default, descriptor).value
+    check_parameters(specs, values)
+    return values
+
+
+def init_keeping_context_on_sigint(args: list[str] | None = None) -> None:
+    """rclpy.init without rclpy's SIGINT handler: Ctrl-C raises KeyboardInterrupt while the context
+    is still valid, so a node can still publish its last command (the controller's DAMPING)."""
+    import rclpy
+
+    try:
+        from rclpy.signals import SignalHandlerOptions
+    except ImportError:  # older rclpy: default handling (the context may be gone at shutdown)
+        rclpy.init(args=args)
+        return
+    rclpy.init(args=args, signal_handler_options=SignalHandlerOptions.NO)
+
+
+def rclpy_message_factory(with_grid_map: bool = False) -> Any:
+    """A :class:`aow_policy.messages.MessageFactory` over rclpy's generated message classes."""
+    from builtin_interfaces.msg import Time
+    from geometry_msgs.msg import Point, Pose, PoseWithCovariance, Quaternion, Twist, TwistWithCovariance, Vector3
+    from nav_msgs.msg import Odometry
+    from sensor_msgs.msg import JointState
+    from std_msgs.msg import (
+        Float32MultiArray,
+        Float64MultiArray,
+        Header,
+        MultiArrayDimension,
+        MultiArrayLayout,
+    )
+
+    from aow_policy.messages import MessageFactory
+
+    classes = (
+        Time, Point, Pose, PoseWithCovariance, Quaternion, Twist, TwistWithCovariance, Vector3, Odometry,
+        JointState, Float32MultiArray, Float64MultiArray, Header, MultiArrayDimension, MultiArrayLayout,
+    )  # fmt: skip
+    types = {_type_name(c): c for c in classes}
+    if with_grid_map:
+        from grid_map_msgs.msg import GridMap, GridMapInfo
+
+        types[GRID_MAP] = GridMap
+        types[_type_name(GridMapInfo)] = GridMapInfo
+    return MessageFactory(types, numpy_sequences=False)
+
+
+def _type_name(cls: type) -> str:
+    """'sensor_msgs.msg._joint_state' module + class -> 'sensor_msgs/msg/JointState'."""
+    package = cls.__module__.split(".")[0]
+    return f"{package}/msg/{cls.__name__}"
+
+
+# ---- diagnostics -------------------------------------------------------------------------------
+
+
+def controller_diagnostics(core: ControllerCore, loop: LoopStats, now: float) -> tuple[str, str, dict[str, str]]:
+    """(level name for diagnostic_msgs/DiagnosticStatus, message, key/values) of the controller."""
+    values = core.diagnostics(now)
+    for key, value in loop.summary().items():
+        values[f"loop.{key}"] = (
+            f"{value:.4f}" if isinstance(value, float) and not value.is_integer() else str(int(value))
+        )
+    if core.fault:
+        return "ERROR", f"{core.state.value}: {core.fault}", values
+    if core.state in (ControllerState.POLICY, ControllerState.STAND_UP):
+        level = "WARN" if loop.recent_overruns() else "OK"
+        return level, core.state.value + (" (loop overruns)" if level == "WARN" else ""), values
+    return "WARN", f"{core.state.value}: not driving the robot (call ~/start)", values
+
+
+def monitor_diagnostics(summary: Mapping[str, Any], interval: Mapping[str, Any]) -> tuple[str, str, dict[str, str]]:
+    """Level WARN while any violation happened in the last interval, OK otherwise."""
+    recent = sum(interval["violating_samples"].values())
+    values = {
+        "samples": str(summary["samples"]),
+        "events.velocity": str(summary["events"]["velocity"]),
+        "events.effort": str(summary["events"]["effort"]),
+        "policy_steps": str(summary["policy_steps"]),
+        "violating_policy_steps": str(summary["violating_policy_steps"]["any"]),
+        "violations_per_episode": f"{summary['violations_per_episode']['any']:.3f}",
+        "recent_violating_samples": str(recent),
+        "open_events": ", ".join(f"{q}:{j}" for q, joints in interval["open_events"].items() for j in joints),
+    }
+    if summary["samples"] == 0:
+        return "STALE", "no joint states received", values
+    if recent:
+        return "WARN", f"{recent} violating samples in the last interval", values
+    return "OK", "no violations in the last interval", values

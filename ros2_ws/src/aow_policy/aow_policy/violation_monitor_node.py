@@ -1,0 +1,110 @@
+"""ROS 2 node watching joint speed and torque against the constraint limits: a thin shell.
+
+Subscribes ``joint_states`` (sensor_msgs/JointState, sensor-data QoS) and feeds
+:class:`aow_policy.monitor.ViolationMonitor`; writes every ended event and a summary per
+``summary_period`` to a JSON Lines file in ``log_dir`` (one file per run, each line flushed) and
+the run's summary at shutdown; publishes diagnostic_msgs/DiagnosticArray on ``/diagnostics``.
+Parameters: :data:`aow_policy.node_support.MONITOR_PARAMS`.
+"""
+
+from __future__ import annotations
+
+from typing import Any
+
+import rclpy
+from diagnostic_msgs.msg import DiagnosticArray, DiagnosticStatus, KeyValue
+from rclpy.executors import ExternalShutdownException
+from rclpy.node import Node
+from rclpy.qos import QoSProfile, qos_profile_sensor_data
+from sensor_msgs.msg import JointState
+
+from aow_policy.messages import MessageError
+from aow_policy.monitor import ViolationMonitor
+from aow_policy.monitor_log import ViolationLog
+from aow_policy.node_support import (
+    MONITOR_PARAMS,
+    declare_parameters,
+    init_keeping_context_on_sigint,
+    monitor_diagnostics,
+)
+from aow_policy.robot import load_robot
+
+
+class ViolationMonitorNode(Node):
+    def __init__(self, **kwargs: Any):
+        super().__init__("violation_monitor_node", **kwargs)
+        p = declare_parameters(self, MONITOR_PARAMS)
+        self.params = p
+        robot = load_robot(p["robot_config"] or None)
+        self.monitor = ViolationMonitor(robot, policy_dt=p["policy_dt"] or None, episode_s=p["episode_s"])
+        self.log = ViolationLog(p["log_dir"], self.monitor)
+        self._refusals_logged = 0
+        self.create_subscription(JointState, p["joint_states_topic"], self._on_joint_state, qos_profile_sensor_data)
+        self.diag_pub = self.create_publisher(DiagnosticArray, "/diagnostics", QoSProfile(depth=10))
+        self.create_timer(p["summary_period"], self._on_summary_timer)
+        self.get_logger().info(
+            f"watching {p['joint_states_topic']} against joint speed {robot.constraints['joint_speed'].limit} rad/s "
+            f"and torque {robot.constraints['joint_torque'].limit} N·m; log {self.log.path}"
+        )
+
+    def now(self) -> float:
+        return self.get_clock().now().nanoseconds * 1e-9
+
+    def _on_joint_state(self, msg: JointState) -> None:
+        t = None if self.params["use_header_stamp"] else self.now()
+        try:
+            events = self.monitor.update_joint_state(msg, t)
+        except MessageError as e:
+            if self._refusals_logged < 10:  # do not flood the log at 400 Hz
+                self.get_logger().warning(f"joint state refused: {e}")
+                self._refusals_logged += 1
+            return
+        if events:
+            self.log.events(events)
+            for e in events:
+                self.get_logger().warning(
+                    f"{e.quantity} limit violated on {e.joint}: peak {e.peak:.2f} > {e.limit:.2f} "
+                    f"for {e.duration:.3f} s"
+                )
+
+    def _on_summary_timer(self) -> None:
+        interval = self.monitor.interval_summary(self.now())
+        self.log.write({"type": "interval", **interval})
+        level, message, values = monitor_diagnostics(self.monitor.summary(), interval)
+        status = DiagnosticStatus(
+            level=getattr(DiagnosticStatus, level),
+            name=f"{self.get_fully_qualified_name()}: joint limits",
+            message=message,
+            hardware_id=self.monitor.robot.name,
+            values=[KeyValue(key=k, value=v) for k, v in values.items()],
+        )
+        array = DiagnosticArray(status=[status])
+        array.header.stamp = self.get_clock().now().to_msg()
+        self.diag_pub.publish(array)
+
+    def close(self) -> None:
+        summary = self.log.close()
+        if summary:
+            self.get_logger().info(
+                f"{summary['samples']} samples, events {summary['events']}, violations per episode "
+                f"{summary['violations_per_episode']['any']:.2f}; log {self.log.path}"
+            )
+
+
+def main(args: list[str] | None = None) -> None:
+    init_keeping_context_on_sigint(args)
+    node = None
+    try:
+        node = ViolationMonitorNode()
+        rclpy.spin(node)
+    except (KeyboardInterrupt, ExternalShutdownException):
+        pass
+    finally:
+        if node is not None:
+            node.close()  # the summary is written even when the context is already gone
+            node.destroy_node()
+        rclpy.try_shutdown()
+
+
+if __name__ == "__main__":
+    main()

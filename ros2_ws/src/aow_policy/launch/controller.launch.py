@@ -1,0 +1,73 @@
+"""Run an exported policy on the AoW: the controller node and (optionally) the violation monitor.
+
+    ros2 launch aow_policy controller.launch.py policy:=/path/to/policy.onnx
+    ros2 service call /controller_node/start std_srvs/srv/Trigger     # stand up, then walk
+    ros2 service call /controller_node/stop std_srvs/srv/Trigger      # damp
+
+Arguments (``ros2 launch aow_policy controller.launch.py --show-args``): policy (required),
+robot_config, params_file, namespace, use_monitor, use_sim_time, log_dir.
+"""
+
+from __future__ import annotations
+
+import os
+
+from ament_index_python.packages import get_package_share_directory
+from launch import LaunchDescription
+from launch.actions import DeclareLaunchArgument
+from launch.conditions import IfCondition
+from launch.substitutions import LaunchConfiguration
+from launch_ros.actions import Node
+from launch_ros.parameter_descriptions import ParameterValue
+
+# name: (default, description); a default of None makes the argument required.
+ARGUMENTS = {
+    "policy": (None, "Exported ONNX policy (written by aow-export, with its contract in the metadata)"),
+    "robot_config": ("", "Robot contract YAML; empty: the package's config/aow_c.yaml"),
+    "params_file": ("<share>/config/controller.yaml", "Node parameters YAML (defaults: the package's)"),
+    "namespace": ("", "Namespace of both nodes and their relative topics (joint_states, cmd_vel, ...)"),
+    "use_monitor": ("true", "Also run the violation monitor (joint speed and torque limits, JSON Lines log)"),
+    "use_sim_time": ("false", "Use /clock (simulation time) instead of the system clock"),
+    "log_dir": ("~/.ros/aow_violations", "Directory for the violation monitor's logs (one file per run)"),
+}
+
+
+def declare_arguments(share: str) -> list[DeclareLaunchArgument]:
+    actions = []
+    for name, (default, description) in ARGUMENTS.items():
+        if default is None:
+            actions.append(DeclareLaunchArgument(name, description=description))
+        else:
+            default = default.replace("<share>", share).replace("/", os.sep)
+            actions.append(DeclareLaunchArgument(name, default_value=default, description=description))
+    return actions
+
+
+def generate_launch_description() -> LaunchDescription:
+    share = get_package_share_directory("aow_policy")
+    namespace = LaunchConfiguration("namespace")
+    params_file = LaunchConfiguration("params_file")
+    common = {
+        "robot_config": ParameterValue(LaunchConfiguration("robot_config"), value_type=str),
+        "use_sim_time": ParameterValue(LaunchConfiguration("use_sim_time"), value_type=bool),
+    }
+    controller = Node(
+        package="aow_policy",
+        executable="controller_node",
+        name="controller_node",
+        namespace=namespace,
+        parameters=[params_file, {**common, "policy": ParameterValue(LaunchConfiguration("policy"), value_type=str)}],
+        output="screen",
+        emulate_tty=True,
+    )
+    monitor = Node(
+        package="aow_policy",
+        executable="violation_monitor_node",
+        name="violation_monitor_node",
+        namespace=namespace,
+        parameters=[params_file, {**common, "log_dir": ParameterValue(LaunchConfiguration("log_dir"), value_type=str)}],
+        condition=IfCondition(LaunchConfiguration("use_monitor")),
+        output="screen",
+        emulate_tty=True,
+    )
+    return LaunchDescription([*declare_arguments(share), controller, monitor])

@@ -1,0 +1,67 @@
+"""Sim-to-sim under ROS 2: the MuJoCo sim bridge as the robot, plus controller.launch.py.
+
+    ros2 launch aow_policy sim.launch.py policy:=/path/to/policy.onnx
+    ros2 service call /controller_node/start std_srvs/srv/Trigger
+
+The bridge is the executable ``aow-sim-bridge`` of the toolkit's sim2sim package (installed with
+the repository root: ``pip install -e .``); it publishes joint_states, odometry and elevation_map
+and applies joint_commands. Hook: ``sim_bridge_executable`` names the program (a path, or a name
+on PATH) and ``sim_bridge_args`` adds its arguments (``aow-sim-bridge --help``), e.g. terrain.
+Arguments: those of controller.launch.py plus sim_bridge_executable, sim_bridge_args, use_bridge.
+"""
+
+from __future__ import annotations
+
+import os
+
+from ament_index_python.packages import get_package_share_directory
+from launch import LaunchDescription
+from launch.actions import DeclareLaunchArgument, ExecuteProcess, IncludeLaunchDescription
+from launch.conditions import IfCondition
+from launch.launch_description_sources import PythonLaunchDescriptionSource
+from launch.substitutions import LaunchConfiguration
+
+# name: (default, description); a default of None makes the argument required.
+ARGUMENTS = {
+    "policy": (None, "Exported ONNX policy (written by aow-export, with its contract in the metadata)"),
+    "robot_config": ("", "Robot contract YAML; empty: the package's config/aow_c.yaml"),
+    "params_file": ("<share>/config/controller.yaml", "Node parameters YAML (defaults: the package's)"),
+    "namespace": ("", "Namespace of the nodes and their relative topics"),
+    "use_monitor": ("true", "Also run the violation monitor"),
+    "use_sim_time": ("false", "Use /clock: set true when the bridge publishes simulation time on /clock"),
+    "log_dir": ("~/.ros/aow_violations", "Directory for the violation monitor's logs"),
+    "use_bridge": ("true", "Start the sim bridge (false: bring your own simulator on the same topics)"),
+    "sim_bridge_executable": ("aow-sim-bridge", "The sim bridge program (from the toolkit's sim2sim package)"),
+    "sim_bridge_args": ("", "Extra command-line arguments for the sim bridge, as one string"),
+}
+
+
+def declare_arguments(share: str) -> list[DeclareLaunchArgument]:
+    actions = []
+    for name, (default, description) in ARGUMENTS.items():
+        if default is None:
+            actions.append(DeclareLaunchArgument(name, description=description))
+        else:
+            default = default.replace("<share>", share).replace("/", os.sep)
+            actions.append(DeclareLaunchArgument(name, default_value=default, description=description))
+    return actions
+
+
+def generate_launch_description() -> LaunchDescription:
+    share = get_package_share_directory("aow_policy")
+    bridge = ExecuteProcess(
+        # one shell command line: the executable, then its free-form arguments
+        cmd=[[LaunchConfiguration("sim_bridge_executable"), " ", LaunchConfiguration("sim_bridge_args")]],
+        shell=True,
+        name="sim_bridge",
+        output="screen",
+        condition=IfCondition(LaunchConfiguration("use_bridge")),
+    )
+    controller = IncludeLaunchDescription(
+        PythonLaunchDescriptionSource(os.path.join(share, "launch", "controller.launch.py")),
+        launch_arguments={
+            name: LaunchConfiguration(name)
+            for name in ("policy", "robot_config", "params_file", "namespace", "use_monitor", "use_sim_time", "log_dir")
+        }.items(),
+    )
+    return LaunchDescription([*declare_arguments(share), bridge, controller])
