@@ -197,12 +197,12 @@ def matches(words: np.ndarray, headers: np.ndarray, layout: JointStateLayout) ->
     """Per message: the encapsulation header and all structural bytes equal the layout's."""
     first, last = int(layout.struct_words[0]), int(layout.struct_words[-1]) + 1
     mask, value = layout.span_mask, layout.span_value
-    # One contiguous copy of the span, masked in place, then compared row-wise as opaque bytes
-    # (a single memcmp per message instead of an element-wise compare and a reduction).
-    cols = np.array(words[:, first:last], order="C", copy=True)  # contiguous and writable
+    # One contiguous copy of the span, masked and xor-ed with the template in place: a message
+    # matches when every word comes out zero.
+    cols = np.array(words[:, first:last], order="C", copy=True)
     np.bitwise_and(cols, mask, out=cols)
-    row = np.dtype((np.void, 8 * (last - first)))
-    return (cols.view(row).ravel() == value.view(row)[0]) & (headers == layout.header)
+    np.bitwise_xor(cols, value, out=cols)
+    return (np.bitwise_or.reduce(cols, axis=1) == 0) & (headers == layout.header)
 
 
 def decode_stacked(
