@@ -1,0 +1,374 @@
+"""Every algorithm's loss against hand-computed values, the kappa schedule, normalization
+invariance, Softplus critics, non-negative lambda, the J_C estimator and the fused critics."""
+
+from __future__ import annotations
+
+import math
+
+import pytest
+import torch
+
+from aow_policy.layout import ObservationLayout
+from training.algorithms import ALGORITHMS, make_algorithm
+from training.algorithms import losses as L
+from training.algorithms.base import MinibatchContext, RolloutStats, rollout_statistics
+from training.algorithms.critics import CriticEvaluator
+from training.config import ALGO_PARAMS, NP3OParams, P3OParams, PPOConfig
+from training.networks import ActorCritic, NetworkConfig
+from training.storage import RolloutStorage
+
+GAMMA = 0.99
+SMALL = NetworkConfig(scan_encoder=(8, 4), actor_hidden=(16, 8), critic_hidden=(16, 8), cost_critic_hidden=(8,))
+FLAT = ObservationLayout.build([{"name": "base_lin_vel", "size": 3}])
+
+# The tiny fixed batch: B = 3 samples, G = 2 cost groups.
+RATIO = torch.tensor([0.5, 1.0, 1.5])
+ADV = torch.tensor([1.0, -1.0, 2.0])
+COST_ADV = torch.tensor([[1.0, -1.0], [-1.0, -1.0], [2.0, -1.0]])
+# By hand (clip 0.2):
+#   L_R^CLIP   = mean(min(rA, clip(r)A))   = mean(0.5, -1, 2.4)   = 1.9 / 3
+#   L_C1^CLIP  = mean(max(rA, clip(r)A))   = mean(0.8, -1, 3.0)   = 2.8 / 3
+#   L_C2^CLIP  = mean(max(-0.5, -0.8), -1, max(-1.5, -1.2)) = -2.7 / 3 = -0.9
+L_R = 1.9 / 3
+L_C1, L_C2 = 2.8 / 3, -0.9
+# Rollout statistics used below: mu = (0.5, -0.2), sigma = (2, 1), J_C = (3, 1), eps = 0.
+STATS = RolloutStats(
+    adv_mean=torch.tensor(0.0),
+    adv_std=torch.tensor(1.0),
+    cost_adv_mean=torch.tensor([0.5, -0.2]),
+    cost_adv_std=torch.tensor([2.0, 1.0]),
+    cost_return=torch.tensor([3.0, 1.0]),
+    num_samples=3,
+)
+# L^VIOL,N = L^CLIP,N + ((1 - gamma)(J - eps) + mu) / sigma
+VIOL_N1 = L_C1 + (0.01 * 3 + 0.5) / 2  # 1.19833 > 0
+VIOL_N2 = L_C2 + (0.01 * 1 - 0.2) / 1  # -1.09 < 0
+
+
+def _ctx(cost_limits=(0.0, 0.0), mean_shift=(0.0, 0.0, 0.0), raw_cost_adv=COST_ADV) -> MinibatchContext:
+    old_mean = torch.zeros(3, 1)
+    return MinibatchContext(
+        ratio=RATIO.clone(),
+        advantages=ADV.clone(),
+        cost_advantages=COST_ADV.clone(),
+        raw_cost_advantages=raw_cost_adv.clone(),
+        action_mean=old_mean + torch.tensor(mean_shift).unsqueeze(-1),
+        action_std=torch.ones(1),
+        old_action_mean=old_mean,
+        old_action_std=torch.ones(1),
+        stats=STATS,
+        cost_limits=torch.tensor(cost_limits),
+        clip_param=0.2,
+        gamma=GAMMA,
+        iteration=0,
+    )
+
+
+def _algo(name: str, groups: int = 2, **params):
+    model = ActorCritic(FLAT, FLAT, 1, groups if ALGORITHMS[name].uses_cost_critics else 0, SMALL)
+    p = ALGO_PARAMS[name](**params)
+    return make_algorithm(name, model, PPOConfig(gamma=GAMMA), p, cost_limits=torch.zeros(model.cost_critics.__len__()))
+
+
+# ---- the loss building blocks -------------------------------------------------------------
+
+
+def test_clipped_surrogates_by_hand():
+    assert L.clipped_surrogate(RATIO, ADV, 0.2).item() == pytest.approx(L_R)
+    assert L.clipped_cost_surrogate(RATIO, COST_ADV, 0.2).tolist() == pytest.approx([L_C1, L_C2])
+
+
+def test_value_loss_by_hand():
+    values, old, returns = torch.tensor([1.0, 2.0]), torch.tensor([1.5, 1.5]), torch.tensor([2.0, 0.0])
+    # unclipped errors 1, 4; clipped predictions 1.3, 1.7 -> 0.49, 2.89; max -> 1, 4
+    assert L.value_loss(values, old, returns, 0.2, True).item() == pytest.approx(2.5)
+    # clipping binds: prediction 1.0 from old 0.0 is clipped to 0.2 -> (0.2 - 1)^2
+    assert L.value_loss(
+        torch.tensor([1.0]), torch.tensor([0.0]), torch.tensor([1.0]), 0.2, True
+    ).item() == pytest.approx(0.64)
+    assert L.value_loss(torch.tensor([1.0]), torch.tensor([0.0]), torch.tensor([1.0]), 0.2, False).item() == 0.0
+    # per-group losses are summed: [B=1, G=2]
+    v = L.value_loss(torch.tensor([[1.0, 3.0]]), torch.tensor([[1.0, 3.0]]), torch.tensor([[0.0, 1.0]]), 0.2, False)
+    assert v.item() == pytest.approx(1.0 + 4.0)
+
+
+def test_gaussian_helpers_by_hand():
+    lp = L.gaussian_log_prob(torch.tensor([[1.0, 0.0]]), torch.tensor([[0.0, 0.0]]), torch.tensor([0.0, math.log(2.0)]))
+    expected = (-0.5 - 0.5 * math.log(2 * math.pi)) + (-math.log(2.0) - 0.5 * math.log(2 * math.pi))
+    assert lp.item() == pytest.approx(expected)
+    assert L.gaussian_entropy(torch.tensor([0.0])).item() == pytest.approx(0.5 + 0.5 * math.log(2 * math.pi))
+    kl = L.gaussian_kl(torch.tensor([[1.0]]), torch.tensor([1.0]), torch.tensor([[0.0]]), torch.tensor([2.0]))
+    assert kl.item() == pytest.approx(math.log(2.0) + (1 + 1) / 8 - 0.5)
+
+
+def test_adaptive_learning_rate_follows_rsl_rl():
+    assert L.adapt_learning_rate(1e-3, 0.05, 0.01, 1e-5, 1e-2) == pytest.approx(1e-3 / 1.5)
+    assert L.adapt_learning_rate(1e-3, 0.001, 0.01, 1e-5, 1e-2) == pytest.approx(1.5e-3)
+    assert L.adapt_learning_rate(1e-3, 0.01, 0.01, 1e-5, 1e-2) == 1e-3
+    assert L.adapt_learning_rate(1e-5, 1.0, 0.01, 1e-5, 1e-2) == 1e-5
+
+
+def test_entropy_coefficient_decays_to_its_final_value():
+    assert L.decayed_entropy_coef(0, 0.01, 0.001, 0.998) == pytest.approx(0.01)
+    assert L.decayed_entropy_coef(1000, 0.01, 0.001, 0.998) == pytest.approx(0.001 + 0.009 * 0.998**1000)
+    assert L.decayed_entropy_coef(100_000, 0.01, 0.001, 0.998) == pytest.approx(0.001)
+
+
+# ---- each algorithm's policy loss on the fixed batch ----------------------------------------
+
+
+def test_ppo_loss_by_hand():
+    assert _algo("ppo").policy_loss(_ctx()).item() == pytest.approx(-L_R)
+
+
+def test_np3o_loss_by_hand():
+    algo = _algo("np3o")
+    algo.kappa = 1.0
+    ctx = _ctx()
+    # -L_R + kappa * (relu(VIOL_1) + relu(VIOL_2)); VIOL_2 < 0 contributes nothing
+    assert algo.policy_loss(ctx).item() == pytest.approx(-L_R + VIOL_N1)
+    assert ctx.info["violation/1"].item() == pytest.approx(VIOL_N2)
+    algo.kappa = 3.0
+    assert algo.policy_loss(_ctx()).item() == pytest.approx(-L_R + 3.0 * VIOL_N1)
+    # eps enters as (1 - gamma) * eps / sigma
+    assert algo.policy_loss(_ctx(cost_limits=(2.0, 0.0))).item() == pytest.approx(-L_R + 3.0 * (VIOL_N1 - 0.01))
+
+
+def test_p3o_loss_uses_the_unnormalized_violation():
+    algo = _algo("p3o")
+    algo.kappa = 1.0
+    # VIOL = L_C^CLIP + (1 - gamma)(J - eps): 2.8/3 + 0.03 > 0; -0.9 + 0.01 < 0 (no mu, no sigma)
+    assert algo.policy_loss(_ctx()).item() == pytest.approx(-L_R + L_C1 + 0.03)
+
+
+def test_ppo_lagrangian_loss_by_hand():
+    algo = _algo("ppo_lag")
+    lam = math.log1p(math.exp(-1.3))  # softplus(-1.3) = 0.2410
+    assert algo.multipliers.tolist() == pytest.approx([lam, lam])
+    assert algo.policy_loss(_ctx()).item() == pytest.approx(-L_R + lam * (L_C1 + L_C2))
+
+
+def test_nipo_loss_by_hand():
+    algo = _algo("nipo")
+    # group 1 violated (VIOL > 0): recovery lambda_rec * L_C1; group 2 satisfied: barrier -log(-VIOL)/k
+    expected = -L_R + 1.0 * L_C1 - math.log(-VIOL_N2) / 20.0
+    assert algo.policy_loss(_ctx()).item() == pytest.approx(expected)
+    algo_k = _algo("nipo", barrier_k=40.0, recovery_coef=2.0)
+    assert algo_k.policy_loss(_ctx()).item() == pytest.approx(-L_R + 2.0 * L_C1 - math.log(-VIOL_N2) / 40.0)
+
+
+def test_nipo_barrier_gradient_is_finite_next_to_the_boundary():
+    algo = _algo("nipo")
+    ratio = RATIO.clone().requires_grad_(True)
+    ctx = _ctx()
+    ctx.ratio = ratio
+    algo.policy_loss(ctx).backward()
+    assert torch.isfinite(ratio.grad).all()
+
+
+def test_crpo_switches_on_the_eq5_estimate():
+    algo = _algo("crpo")
+    # J_1(pi') = 3 + mean(r A_1) / 0.01 = 3 + (2.5 / 3) / 0.01 > 0.01 -> minimize L_C1 only
+    # J_2(pi') = 1 + mean(r A_2) / 0.01 = 1 - 100 < 0.01 -> satisfied
+    ctx = _ctx(cost_limits=(0.01, 0.01))
+    assert algo.policy_loss(ctx).item() == pytest.approx(L_C1)
+    assert ctx.info["reward_step"].item() == 0.0
+    assert algo.constraint_estimates(_ctx()).tolist() == pytest.approx([3 + (2.5 / 3) / 0.01, 1 - 1.0 / 0.01])
+    # every estimate within its limit -> the reward step
+    satisfied = torch.tensor([[-1.0, -1.0], [-1.0, -1.0], [-1.0, -1.0]])
+    ctx = _ctx(cost_limits=(0.01, 0.01), raw_cost_adv=satisfied)
+    assert algo.policy_loss(ctx).item() == pytest.approx(-L_R)
+    assert ctx.info["reward_step"].item() == 1.0
+
+
+def test_focops_loss_by_hand():
+    algo = _algo("focops")
+    # new - old means (0, 0.1, 0.3), stds 1: KL(new||old) = (0, 0.005, 0.045); delta = 0.02 drops sample 3.
+    # combined = A - 0.1 * (A_C1 + A_C2) = (1, -0.8, 1.9); temperature 0.5 -> (KL - 2 r combined) * inside
+    per_sample = [0.0 - 2 * 0.5 * 1.0, 0.005 - 2 * 1.0 * (-0.8), 0.0]
+    assert algo.policy_loss(_ctx(mean_shift=(0.0, 0.1, 0.3))).item() == pytest.approx(sum(per_sample) / 3)
+
+
+# ---- penalty weights --------------------------------------------------------------------------
+
+
+def test_kappa_schedule_closed_form_paper_values():
+    # The appendix: kappa_i = min(0.2, 0.1 * 1.0004**i)
+    assert L.kappa_schedule(0, 0.1, 0.2, 1.0004) == pytest.approx(0.1)
+    assert L.kappa_schedule(1000, 0.1, 0.2, 1.0004) == pytest.approx(0.1 * 1.0004**1000)  # 0.14917
+    assert L.kappa_schedule(1000, 0.1, 0.2, 1.0004) == pytest.approx(0.1491705, abs=1e-7)
+    assert L.kappa_schedule(10000, 0.1, 0.2, 1.0004) == pytest.approx(0.2)
+
+
+def test_kappa_schedule_of_the_algorithms_depends_on_the_iteration_only():
+    stats = STATS
+    np3o = _algo("np3o")  # Table III cap kappa = 1, starting at half of it
+    p3o = _algo("p3o")  # cap 120
+    for it, expected in ((0, 0.5), (1000, 0.5 * 1.0004**1000), (10000, 1.0)):
+        np3o.begin_update(stats, it)
+        p3o.begin_update(stats, it)
+        assert np3o.kappa == pytest.approx(expected)
+        assert p3o.kappa == pytest.approx(120 * expected)
+    # Going back to iteration 1000 after 10000 gives the same value: nothing compounds.
+    np3o.begin_update(stats, 1000)
+    assert np3o.kappa == pytest.approx(0.5 * 1.0004**1000)
+    assert NP3OParams().kappa_max == 1.0 and P3OParams().kappa_max == 120.0
+    paper = _algo("np3o", kappa_init=0.1, kappa_max=0.2)
+    paper.begin_update(stats, 1000)
+    assert paper.kappa == pytest.approx(0.1491705, abs=1e-7)
+
+
+def test_lagrange_multiplier_stays_non_negative_and_follows_the_violation():
+    algo = _algo("ppo_lag", lambda_lr=0.1)
+    satisfied = RolloutStats(
+        STATS.adv_mean, STATS.adv_std, STATS.cost_adv_mean, STATS.cost_adv_std, torch.tensor([-5.0, -5.0]), 3
+    )
+    previous = algo.multipliers.clone()
+    for it in range(300):
+        algo.begin_update(satisfied, it)
+        lam = algo.multipliers
+        assert (lam >= 0).all()
+        assert (lam <= previous + 1e-7).all()
+        previous = lam.clone()
+    assert (previous < 1e-3).all()
+    violated = RolloutStats(
+        STATS.adv_mean, STATS.adv_std, STATS.cost_adv_mean, STATS.cost_adv_std, torch.tensor([5.0, 0.0]), 3
+    )
+    before = algo.multipliers.clone()
+    for it in range(300, 400):  # Adam's momentum first has to turn around
+        algo.begin_update(violated, it)
+    after = algo.multipliers
+    assert after[0] > 100 * before[0] > 0
+    assert after[1] <= before[1] * 1.0001  # J = eps: no push upwards
+
+
+def test_focops_nu_update_is_clipped_to_its_range():
+    algo = _algo("focops", nu_lr=1.0, nu_max=0.5)
+    algo.begin_update(STATS, 0)  # nu + 1.0 * (J - 0) = (3.1, 1.1) -> clipped to 0.5
+    assert algo.nu.tolist() == pytest.approx([0.5, 0.5])
+    fixed = _algo("focops")  # alpha_nu = 0: nu stays 0.1
+    fixed.begin_update(STATS, 0)
+    assert fixed.nu.tolist() == pytest.approx([0.1, 0.1])
+
+
+# ---- estimators and invariance --------------------------------------------------------------
+
+
+def _rollout(model: ActorCritic, cost_scale: float, seed: int = 0) -> RolloutStorage:
+    g = torch.Generator().manual_seed(seed)
+    T, N, G = 6, 5, len(model.cost_critics)
+    s = RolloutStorage(N, T, 3, 3, 1, G)
+    with torch.no_grad():
+        for _ in range(T):
+            obs = torch.randn(N, 3, generator=g)
+            mean = model.actor(obs)
+            actions = mean + torch.randn(N, 1, generator=g) * 0.5
+            logp = L.gaussian_log_prob(actions, mean, model.actor.log_std) + 0.2 * torch.randn(N, generator=g)
+            costs = torch.rand(N, G, generator=g) * (torch.rand(N, G, generator=g) > 0.5)
+            cost_values = 0.05 * torch.rand(N, G, generator=g)
+            done = torch.rand(N, generator=g) < 0.2
+            s.add(
+                obs, obs, actions, logp, mean, model.actor.log_std.exp(), torch.randn(N, generator=g),
+                cost_scale * costs, done, done & (torch.rand(N, generator=g) < 0.5), torch.randn(N, generator=g),
+                cost_scale * cost_values, GAMMA,
+            )  # fmt: skip
+        s.compute_returns(torch.zeros(N), cost_scale * 0.05 * torch.ones(N, G), GAMMA, 0.95)
+    return s
+
+
+def _actor_grad(name: str, cost_scale: float) -> tuple[torch.Tensor, float]:
+    torch.manual_seed(0)
+    model = ActorCritic(FLAT, FLAT, 1, 2, SMALL)
+    algo = make_algorithm(name, model, PPOConfig(gamma=GAMMA), ALGO_PARAMS[name](), cost_limits=torch.zeros(2))
+    prep = algo.prepare(_rollout(model, cost_scale), iteration=5000)
+    loss, terms = algo.minibatch_loss(prep, torch.arange(prep.batch.size))
+    model.zero_grad()
+    loss.backward()
+    grad = torch.cat([p.grad.reshape(-1) for p in model.actor.parameters()])
+    return grad, float(terms["penalty"])
+
+
+def test_scaling_costs_by_100_leaves_np3o_gradient_unchanged_and_changes_p3o():
+    g1, penalty = _actor_grad("np3o", 1.0)
+    g100, _ = _actor_grad("np3o", 100.0)
+    assert penalty > 0  # the constraint term is active, so the invariance is not vacuous
+    torch.testing.assert_close(g1, g100, rtol=1e-4, atol=1e-6)
+    p1, p3o_penalty = _actor_grad("p3o", 1.0)
+    p100, _ = _actor_grad("p3o", 100.0)
+    assert p3o_penalty > 0
+    assert (p1 - p100).norm() > 0.1 * p1.norm()
+
+
+def test_j_c_estimator_is_the_mean_gae_cost_return():
+    """J_C = mean over the rollout of R_C,t = A_C,t + V_C(s_t); hand values from test_storage."""
+    from tests.test_storage import _filled
+
+    stats = rollout_statistics(
+        _filled(bootstrap=True).batch(), __import__("training.distributed").distributed.DistContext()
+    )
+    assert stats.cost_return.tolist() == pytest.approx([(4.235 + 6.3 + 4.6) / 3])
+    adv = torch.tensor([3.235, 4.3, 1.6])
+    assert stats.cost_adv_mean.tolist() == pytest.approx([adv.mean().item()])
+    assert stats.cost_adv_std.tolist() == pytest.approx([adv.std().item()])  # unbiased, over the whole rollout
+    assert stats.adv_mean.item() == pytest.approx((3.915 + 6.3 + 3.06) / 3)
+
+
+# ---- networks ------------------------------------------------------------------------------
+
+
+def test_softplus_cost_critics_are_never_negative():
+    torch.manual_seed(0)
+    model = ActorCritic(FLAT, FLAT, 1, 3, SMALL)
+    with torch.no_grad():
+        for c in model.cost_critics:
+            c.head.bias.fill_(-50.0)
+            c.head.weight.mul_(20.0)
+    x = 100 * torch.randn(2000, 3)
+    for mode in ("separate", "wide", "batched"):
+        _, cost_values = CriticEvaluator(model, mode)(x)
+        assert cost_values.shape == (2000, 3)
+        assert (cost_values >= 0).all()
+
+
+@pytest.mark.parametrize("mode", ["wide", "batched"])
+@pytest.mark.parametrize("scan", [True, False])
+def test_fused_critics_match_the_separate_modules(mode: str, scan: bool):
+    terms = [{"name": "base_lin_vel", "size": 3}, {"name": "joint_vel", "size": 4}]
+    if scan:
+        terms.append({"name": "height_scan", "size": 11})
+    layout = ObservationLayout.build(terms)
+    torch.manual_seed(1)
+    model = ActorCritic(layout, layout, 2, 2, SMALL)
+    x = torch.randn(64, layout.dim)
+    ref_v, ref_c = model.critic(x), model.cost_values(x)
+    (ref_v.sum() + ref_c.square().sum()).backward()
+    ref_grads = [p.grad.clone() for p in model.parameters() if p.grad is not None]
+    model.zero_grad()
+    ev = CriticEvaluator(model, mode)
+    assert ev.mode == mode
+    v, c = ev(x)
+    torch.testing.assert_close(v, ref_v)
+    torch.testing.assert_close(c, ref_c)
+    (v.sum() + c.square().sum()).backward()
+    grads = [p.grad for p in model.parameters() if p.grad is not None]
+    for a, b in zip(grads, ref_grads, strict=True):
+        torch.testing.assert_close(a, b, rtol=1e-5, atol=1e-6)
+
+
+def test_constrained_algorithms_need_cost_groups():
+    model = ActorCritic(FLAT, FLAT, 1, 0, SMALL)
+    with pytest.raises(ValueError, match="needs at least one cost group"):
+        make_algorithm("np3o", model, PPOConfig(), NP3OParams())
+
+
+def test_algorithm_state_round_trip():
+    a = _algo("ppo_lag", lambda_lr=0.1)
+    a.begin_update(STATS, 0)
+    a.set_learning_rate(3e-4)
+    state = a.state_dict()
+    b = _algo("ppo_lag", lambda_lr=0.1)
+    b.load_state_dict(state)
+    assert b.learning_rate == 3e-4
+    torch.testing.assert_close(b.multipliers, a.multipliers)
+    with pytest.raises(ValueError, match="is for 'ppo_lag'"):
+        _algo("np3o").load_state_dict(state)
