@@ -69,6 +69,7 @@ class LocomotionEnv:
             torch.set_num_threads(cfg.sim.torch_threads)  # process-wide: see SimConfig.torch_threads
         self.robot = robot = load_robot(cfg.robot_config)
         self.generator = torch.Generator(device=self.device).manual_seed(seed)
+        self.noise_rng = np.random.default_rng(seed + 7) if self.device.type == "cpu" else self.generator
         self.dt = robot.rates.policy_dt
         self.max_episode_length = round(cfg.episode_length_s / self.dt)
 
@@ -286,7 +287,7 @@ class LocomotionEnv:
     def _observe(self, s: SimState, rows: torch.Tensor | None = None) -> dict[str, torch.Tensor]:
         raw = self._raw_observations(s, rows)
         return {
-            "policy": self._policy_obs(raw, add_noise=True, generator=self.generator),
+            "policy": self._policy_obs(raw, add_noise=True, generator=self.noise_rng),
             "critic": self._critic_obs(raw),
         }
 
@@ -330,7 +331,7 @@ class LocomotionEnv:
             else:  # validated in the config
                 raise AssertionError(name)
             out.append(v)
-        return torch.stack(out, dim=-1)
+        return torch.stack(out).T  # stacking on dim 0 is several times faster for these sizes
 
     def _cost_terms(self, s: SimState) -> tuple[torch.Tensor, torch.Tensor]:
         """Costs [N, C] and per-step violation flags [N, C] (any limit strictly exceeded)."""
@@ -367,7 +368,7 @@ class LocomotionEnv:
         if not costs:
             z = torch.zeros(self.num_envs, 0, device=self.device)
             return z, z
-        return torch.stack(costs, dim=-1), torch.stack(flags, dim=-1)
+        return torch.stack(costs).T, torch.stack(flags).T
 
     # ---- API ------------------------------------------------------------------------------
 
@@ -494,7 +495,7 @@ class LocomotionEnv:
         done_ids = dones.nonzero().squeeze(-1)
         if done_ids.numel():
             if self.cfg.terminal_obs:
-                infos["terminal_obs"] = {k: torch.nan_to_num(v) for k, v in obs.items()}
+                infos["terminal_obs"] = {k: torch.nan_to_num(v) for k, v in obs.items()} if failed_sim.any() else obs
             infos["episode"] = self._episode_info(done_ids, failed_sim)
             if self.curriculum is not None:
                 dist = (s.base_pos[done_ids, :2] - self.origins[done_ids, :2]).norm(dim=-1)

@@ -10,6 +10,7 @@ from __future__ import annotations
 
 from collections.abc import Mapping
 
+import numpy as np
 import torch
 
 from aow_policy.layout import ObservationLayout
@@ -46,7 +47,6 @@ class ObservationAssembler:
         self.layout = layout
         dim = layout.dim
         scale = torch.ones(dim)
-        clip = torch.full((dim,), float("inf"))
         noise_vec = torch.zeros(dim)
         noise = dict(noise or {})
         unknown = set(noise) - set(layout.names)
@@ -54,12 +54,10 @@ class ObservationAssembler:
             raise ValueError(f"observation noise given for terms not in the layout: {sorted(unknown)}")
         for term in layout.terms:
             scale[term.slice] = term.scale
-            if term.clip is not None:
-                clip[term.slice] = term.clip
             noise_vec[term.slice] = noise.get(term.name, 0.0)
         self.scale = scale.to(device)
-        self.clip_high = clip.to(device)
-        self.clip_low = -self.clip_high
+        # Clipping per clipped term with scalar bounds: much cheaper than a full-width clamp.
+        self.clips = [(term.slice, term.clip) for term in layout.terms if term.clip is not None]
         self.noise = noise_vec.to(device)
         self.has_noise = bool((noise_vec > 0).any())
 
@@ -67,8 +65,10 @@ class ObservationAssembler:
         self,
         raw_terms: Mapping[str, torch.Tensor],
         add_noise: bool = False,
-        generator: torch.Generator | None = None,
+        generator: torch.Generator | np.random.Generator | None = None,
     ) -> torch.Tensor:
+        """The observation [N, dim]; ``generator`` draws the noise (a numpy one is several times
+        faster than torch's on CPU for these sizes)."""
         parts = []
         for term in self.layout.terms:
             value = raw_terms[term.name]
@@ -77,6 +77,11 @@ class ObservationAssembler:
             parts.append(value)
         obs = torch.cat(parts, dim=-1)
         if add_noise and self.has_noise:
-            uniform = torch.rand(obs.shape, generator=generator, device=obs.device, dtype=obs.dtype)
+            if isinstance(generator, np.random.Generator):
+                uniform = torch.from_numpy(generator.random(tuple(obs.shape), dtype=np.float32)).to(obs.device)
+            else:
+                uniform = torch.rand(obs.shape, generator=generator, device=obs.device, dtype=obs.dtype)
             obs = obs + (2.0 * uniform - 1.0) * self.noise
-        return torch.clamp(obs, self.clip_low, self.clip_high) * self.scale
+        for cols, clip in self.clips:
+            obs[:, cols] = obs[:, cols].clamp(-clip, clip)
+        return obs * self.scale

@@ -16,11 +16,15 @@ def bad_orientation(roll: torch.Tensor, pitch: torch.Tensor, max_roll: float, ma
 
 
 def nonfinite(*tensors: torch.Tensor) -> torch.Tensor:
-    """Rows with a NaN or inf in any of the given [N, ...] tensors: a simulator blow-up."""
-    bad = torch.zeros(tensors[0].shape[0], dtype=torch.bool, device=tensors[0].device)
-    for t in tensors:
-        bad |= ~torch.isfinite(t.reshape(t.shape[0], -1)).all(-1)
-    return bad
+    """Rows with a NaN or inf in any of the given [N, ...] tensors: a simulator blow-up.
+
+    Row sums carry any NaN or inf (inf - inf is NaN), so one finiteness test per row suffices;
+    the sums are taken in float64, where the states' magnitudes cannot overflow.
+    """
+    total = tensors[0].reshape(tensors[0].shape[0], -1).sum(-1, dtype=torch.float64)
+    for t in tensors[1:]:
+        total = total + t.reshape(t.shape[0], -1).sum(-1, dtype=torch.float64)
+    return ~torch.isfinite(total)
 
 
 def time_out(episode_length: torch.Tensor, max_episode_length: int) -> torch.Tensor:

@@ -27,6 +27,9 @@ from training.mdp.math import quat_rotate, quat_rotate_inverse
 from training.sim.backends.base import PhysicsRandomization, SimState
 from training.sim.backends.scene import Scene, apply_params, nominal_params, sample_params
 
+# Beyond this (rad/s or m/s) a state is a numerical blow-up, not motion (MuJoCo flags 1e10).
+MAX_SPEED = 1.0e4
+
 
 def default_num_threads() -> int:
     return max(1, len(os.sched_getaffinity(0)) if hasattr(os, "sched_getaffinity") else os.cpu_count() or 1)
@@ -165,7 +168,11 @@ class MujocoBackend:
         quat = qpos[:, b + 3 : b + 7]
         lin_w = qvel[:, v : v + 3]
         # Free joint: linear velocity in the world frame, angular velocity in the body frame.
-        healthy = torch.from_numpy(np.abs(self._time - self._expected_time) < 0.5 * self.physics_dt)
+        healthy = torch.from_numpy(
+            (np.abs(self._time - self._expected_time) < 0.5 * self.physics_dt)
+            & (np.abs(self._qvel).max(axis=1) < MAX_SPEED)  # NaN compares False: unhealthy too
+            & np.isfinite(self._qpos).all(axis=1)
+        )
         state = SimState(
             base_pos=qpos[:, b : b + 3],
             base_quat=quat,

@@ -11,7 +11,8 @@ Solver settings (why these): pyramidal friction cones with impratio 1 and the Ne
 the model's defaults (see ``training.sim.model._set_options``): about 4x faster than elliptic
 cones with impratio 100 on this robot, while its near-rigid ground impedance keeps contacts from
 creeping. Newton converges in a handful of iterations here, so the iteration caps only bound
-the worst case; lowering them changes nothing in normal contact.
+the worst case; lowering them changes nothing in normal contact. MuJoCo's auto-reset on
+instability is off, so the environment sees (and counts) every blow-up.
 """
 
 from __future__ import annotations
@@ -79,6 +80,9 @@ def build_scene(
     opt.impratio = solver.impratio
     opt.iterations = solver.iterations
     opt.ls_iterations = solver.ls_iterations
+    # No silent auto-reset on a blow-up: the bad state reaches the environment, which flags it,
+    # counts it and resets that robot itself (an auto-reset robot would just reappear elsewhere).
+    opt.disableflags |= mujoco.mjtDisableBit.mjDSBL_AUTORESET
 
     plain = spec.compile()  # to resolve names before adding sensors
     info0 = model_info(plain, robot)

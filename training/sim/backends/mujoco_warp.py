@@ -1,0 +1,226 @@
+"""MuJoCo Warp backend: the same scene (model, sensors, solver) batched over worlds on one device.
+
+Every environment is a world of one ``mujoco_warp`` Data; state fields are warp arrays that
+``wp.to_torch`` exposes as torch tensors without copies, so the gather is a few indexing ops on
+the device. On a GPU the ``decimation`` physics steps of a policy step are captured once into a
+CUDA graph and replayed. On CPU (warp's LLVM backend) it runs, slowly, and the first use
+compiles warp's kernels (minutes; warp caches them on disk afterwards).
+
+Physics randomisation uses per-world model fields (``put_model(batch_sizes=...)``): floor
+friction, base mass and actuator gains are drawn per world at every reset. Unlike the C
+backend, derived constants are not recomputed after a base-mass change (``set_const``); mass
+enters the dynamics directly, only constraint-impedance scaling keeps the nominal mass.
+"""
+
+from __future__ import annotations
+
+import copy
+
+import mujoco
+import numpy as np
+import torch
+
+from training.mdp.math import quat_rotate, quat_rotate_inverse
+from training.sim.backends.base import PhysicsRandomization, SimState
+from training.sim.backends.mujoco_cpu import MAX_SPEED
+from training.sim.backends.scene import Scene, nominal_params, sample_params
+
+BATCHED_FIELDS = ("geom_friction", "body_mass", "actuator_gainprm", "actuator_biasprm")
+
+
+class MujocoWarpBackend:
+    def __init__(
+        self,
+        scene: Scene,
+        num_envs: int,
+        decimation: int,
+        randomization: PhysicsRandomization | None = None,
+        seed: int = 0,
+        device: torch.device | str = "cpu",
+        nconmax: int | None = None,
+        njmax: int | None = None,
+    ):
+        import mujoco_warp as mjw
+        import warp as wp
+
+        wp.config.quiet = True
+        wp.init()
+        self._wp, self._mjw = wp, mjw
+        self.scene = scene
+        self.num_envs = num_envs
+        self.decimation = int(decimation)
+        self.device = torch.device(device)
+        self.physics_dt = float(scene.model.opt.timestep)
+        info = scene.info
+        self.joint_names = info.joint_names
+        self.contact_names = scene.contact_names
+        self.standing_height = info.standing_height
+        self.terminal_contacts = torch.as_tensor(scene.terminal_contacts, device=self.device)
+        self.num_threads = 1
+        self._wp_device = "cpu" if self.device.type == "cpu" else f"cuda:{self.device.index or 0}"
+        self.randomization = randomization or PhysicsRandomization()
+        self._rng = np.random.default_rng(seed)
+
+        model = copy.copy(scene.model)
+        # Warp's line search needs more iterations than C MuJoCo's to reach its tolerance here
+        # (it warns at 20); more only costs time where the search has not converged.
+        model.opt.ls_iterations = max(model.opt.ls_iterations, 50)
+        # Warp never auto-resets (and refuses the flag that turns C MuJoCo's auto-reset off).
+        model.opt.disableflags &= ~int(mujoco.mjtDisableBit.mjDSBL_AUTORESET)
+        data = mujoco.MjData(model)
+        mujoco.mj_resetDataKeyframe(model, data, info.default_key_id)
+        mujoco.mj_forward(model, data)
+        batch = {name: num_envs for name in BATCHED_FIELDS} if self.randomization.enabled else None
+        with wp.ScopedDevice(self._wp_device):
+            self.m = mjw.put_model(model, batch_sizes=batch)
+            self.d = mjw.put_data(model, data, nworld=num_envs, nconmax=nconmax, njmax=njmax)
+        t = wp.to_torch
+        self._qpos, self._qvel, self._ctrl = t(self.d.qpos), t(self.d.qvel), t(self.d.ctrl)
+        self._sensors, self._time = t(self.d.sensordata), t(self.d.time)
+        self._key_qpos = torch.as_tensor(model.key_qpos[info.default_key_id], dtype=torch.float32, device=self.device)
+        self._key_ctrl = torch.as_tensor(model.key_ctrl[info.default_key_id], dtype=torch.float32, device=self.device)
+        self._act_ids = torch.as_tensor(info.actuator_ids, device=self.device)
+        self._qpos_adr = torch.as_tensor(info.qpos_adr, device=self.device)
+        self._qvel_adr = torch.as_tensor(info.qvel_adr, device=self.device)
+        self._contact_adr = torch.as_tensor(scene.contact_sensor_adr, device=self.device)
+        self._torque_adr = torch.as_tensor(scene.torque_sensor_adr, device=self.device)
+        self._base_q, self._base_v = info.base_qpos_adr, info.base_qvel_adr
+        self._expected_time = torch.zeros(num_envs, dtype=torch.float64, device=self.device)
+        self._nominal = nominal_params(scene)
+        self.params = np.tile(self._nominal, (num_envs, 1))
+        if self.randomization.enabled:
+            self._randomize(np.arange(num_envs))
+        self._graph = None
+        self._eager_steps = 0
+        self._state: SimState | None = None
+
+    # ---- stepping -------------------------------------------------------------------------
+
+    def _physics(self) -> None:
+        wp, mjw = self._wp, self._mjw
+        with wp.ScopedDevice(self._wp_device):
+            if self._graph is not None:
+                wp.capture_launch(self._graph)
+            elif self._wp_device != "cpu" and self._eager_steps > 0:
+                # Kernels are compiled by now (first step ran eagerly): record the decimation
+                # loop once, then replay it; a capture records launches without running them.
+                with wp.ScopedCapture() as capture:
+                    for _ in range(self.decimation):
+                        mjw.step(self.m, self.d)
+                self._graph = capture.graph
+                wp.capture_launch(self._graph)
+            else:
+                for _ in range(self.decimation):
+                    mjw.step(self.m, self.d)
+                self._eager_steps += 1
+
+    def step(self, targets: torch.Tensor) -> None:
+        self._ctrl[:, self._act_ids] = targets.to(self.device, torch.float32)
+        self._physics()
+        self._expected_time += self.decimation * self.physics_dt
+        self._state = None
+
+    def step_physics_only(self) -> None:
+        self._physics()
+        self._expected_time += self.decimation * self.physics_dt
+        self._state = None
+
+    # ---- state ----------------------------------------------------------------------------
+
+    def state(self) -> SimState:
+        if self._state is None:
+            qpos, qvel, sensors = self._qpos, self._qvel, self._sensors
+            b, v = self._base_q, self._base_v
+            quat = qpos[:, b + 3 : b + 7]
+            healthy = (
+                ((self._time.double() - self._expected_time).abs() < 0.5 * self.physics_dt)
+                & (qvel.abs().amax(dim=1) < MAX_SPEED)  # NaN compares False: unhealthy too
+                & torch.isfinite(qpos).all(dim=1)
+            )
+            self._state = SimState(
+                base_pos=qpos[:, b : b + 3].clone(),
+                base_quat=quat.clone(),
+                base_lin_vel=quat_rotate_inverse(quat, qvel[:, v : v + 3]),
+                base_ang_vel=qvel[:, v + 3 : v + 6].clone(),
+                joint_pos=qpos.index_select(1, self._qpos_adr),
+                joint_vel=qvel.index_select(1, self._qvel_adr),
+                joint_torque=sensors.index_select(1, self._torque_adr),
+                contacts=sensors.index_select(1, self._contact_adr),
+                healthy=healthy,
+            )
+        return self._state
+
+    # ---- resets, pushes, randomisation ------------------------------------------------------
+
+    def reset(
+        self,
+        env_ids: torch.Tensor,
+        base_pos: torch.Tensor,
+        base_quat: torch.Tensor,
+        base_lin_vel: torch.Tensor,
+        base_ang_vel: torch.Tensor,
+        joint_pos: torch.Tensor,
+        joint_vel: torch.Tensor,
+    ) -> None:
+        if env_ids.numel() == 0:
+            return
+        wp, mjw = self._wp, self._mjw
+        ids = env_ids.to(self.device)
+        mask = torch.zeros(self.num_envs, dtype=torch.bool, device=self.device)
+        mask[ids] = True
+        if self.randomization.enabled:
+            self._randomize(ids.cpu().numpy())
+        with wp.ScopedDevice(self._wp_device):
+            mjw.reset_data(self.m, self.d, reset=wp.from_torch(mask))
+        f32 = dict(device=self.device, dtype=torch.float32)
+        n = ids.numel()
+        qpos = self._key_qpos.expand(n, -1).clone()
+        b, v = self._base_q, self._base_v
+        qpos[:, b : b + 3] = base_pos.to(**f32)
+        qpos[:, b + 3 : b + 7] = base_quat.to(**f32)
+        qpos[:, self._qpos_adr] = joint_pos.to(**f32)
+        qvel = torch.zeros(n, self._qvel.shape[1], **f32)
+        qvel[:, v : v + 3] = quat_rotate(base_quat.to(**f32), base_lin_vel.to(**f32))
+        qvel[:, v + 3 : v + 6] = base_ang_vel.to(**f32)
+        qvel[:, self._qvel_adr] = joint_vel.to(**f32)
+        self._qpos[ids] = qpos
+        self._qvel[ids] = qvel
+        self._ctrl[ids] = self._key_ctrl
+        self._time[ids] = 0.0
+        self._expected_time[ids] = 0.0
+        with wp.ScopedDevice(self._wp_device):
+            mjw.forward(self.m, self.d)  # derived quantities and sensors of the new states
+        self._state = None
+
+    def push(self, env_ids: torch.Tensor, delta_lin_vel_xy: torch.Tensor) -> None:
+        v = self._base_v
+        ids = env_ids.to(self.device)
+        self._qvel[ids, v : v + 2] += delta_lin_vel_xy.to(self.device, torch.float32)
+        self._state = None
+
+    def _randomize(self, ids: np.ndarray) -> None:
+        """New physics parameters for worlds ``ids`` (the per-world model fields)."""
+        scene, t = self.scene, self._wp.to_torch
+        params = sample_params(self.randomization, ids.size, self._rng, self._nominal)
+        self.params[ids] = params
+        p = torch.as_tensor(params, dtype=torch.float32, device=self.device)
+        idx = torch.as_tensor(ids, device=self.device)
+        friction = t(self.m.geom_friction)  # [N, ngeom, 3]
+        friction[idx, scene.floor_geom_id, 0] = p[:, 0]
+        mass = t(self.m.body_mass)
+        mass[idx, scene.info.base_body_id] = float(scene.model.body_mass[scene.info.base_body_id]) + p[:, 1]
+        gain, bias = t(self.m.actuator_gainprm), t(self.m.actuator_biasprm)
+        base_gain = torch.as_tensor(scene.model.actuator_gainprm, dtype=torch.float32, device=self.device)
+        base_bias = torch.as_tensor(scene.model.actuator_biasprm, dtype=torch.float32, device=self.device)
+        kp, kd, strength = p[:, 2:3], p[:, 3:4], p[:, 4:5]
+        is_position = base_bias[:, 1] != 0.0
+        stiffness = torch.where(is_position, kp, kd)
+        gain[idx, :, 0] = base_gain[:, 0] * stiffness * strength
+        bias[idx, :, 1] = base_bias[:, 1] * kp * strength
+        bias[idx, :, 2] = base_bias[:, 2] * kd * strength
+
+    def physics_params(self) -> torch.Tensor:
+        return torch.as_tensor(self.params, dtype=torch.float32, device=self.device)
+
+    def close(self) -> None:
+        self._graph = None
