@@ -161,8 +161,9 @@ def main(argv: list[str] | None = None) -> int:
                 "fast_path_messages": ours["fast_path_messages"],
             }
             print(
-                f"{storage}: aow-replay {rate:,.0f} msg/s ({ours['seconds']:.2f} s, peak RSS {ours['peak_rss_mb']:.0f} MB);"
-                f" AnyReader+deserialize {base_rate:,.0f} msg/s ({base['seconds']:.2f} s); speedup {rate / base_rate:.1f}x"
+                f"{storage}: aow-replay {rate:,.0f} msg/s ({ours['seconds']:.2f} s,"
+                f" peak RSS {ours['peak_rss_mb']:.0f} MB); AnyReader+deserialize {base_rate:,.0f} msg/s"
+                f" ({base['seconds']:.2f} s); speedup {rate / base_rate:.1f}x"
             )
     if args.json:
         print(json.dumps(out))
