@@ -5,7 +5,9 @@ from __future__ import annotations
 
 import math
 
+import mujoco
 import numpy as np
+import pytest
 import torch
 
 from training.envs import make_env
@@ -147,6 +149,34 @@ def test_body_contact_and_termination_from_contact_sensors():
         k = env.cost_names.index("body_contact")
         assert costs[:, k].tolist() == [0.0, 1.0, 1.0]
         assert dones.tolist() == [False, True, True] and not infos["time_outs"].any()
+    finally:
+        env.close()
+
+
+def test_rough_env_scan_is_the_collision_surface():
+    small = {"kind": "rough", "num_rows": 3, "num_cols": 4, "tile_size": 4.0, "border": 1.0}
+    env = make_env("aow_rough", 2, seed=4, terrain=small, domain_rand={"push_robots": False})
+    try:
+        obs = env.reset()
+        model, data = env.sim.env_models[0], env.sim.datas[0]
+        assert model.geom_type[env.sim.scene.floor_geom_id] == mujoco.mjtGeom.mjGEOM_HFIELD
+        s = env.sim.state()
+        yaw = torch.atan2(
+            2 * (s.base_quat[0, 0] * s.base_quat[0, 3] + s.base_quat[0, 1] * s.base_quat[0, 2]),
+            1 - 2 * (s.base_quat[0, 2] ** 2 + s.base_quat[0, 3] ** 2),
+        ).item()
+        pts = env.robot.height_scan.points
+        c, sn = math.cos(yaw), math.sin(yaw)
+        x, y, z = s.base_pos[0].tolist()
+        term = env.obs_spec["critic"].term("height_scan")
+        scan = obs["critic"][0, term.slice].numpy()
+        floor = env.sim.scene.floor_geom_id
+        for k in range(0, 187, 17):  # a ray against the very field the wheels collide with
+            wx, wy = x + c * pts[k, 0] - sn * pts[k, 1], y + sn * pts[k, 0] + c * pts[k, 1]
+            dist = mujoco.mj_rayHfield(model, data, floor, np.array([wx, wy, 5.0]), np.array([0, 0, -1.0]))
+            h = 5.0 - dist
+            expected = np.clip(z - 0.5 - h, -1.0, 1.0) * 5.0
+            assert scan[k] == pytest.approx(expected, abs=1e-3)
     finally:
         env.close()
 

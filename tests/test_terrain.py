@@ -55,7 +55,7 @@ def test_sampler_reads_the_models_array_not_a_copy(rough):
     terrain, model, _ = rough
     sampler = HeightSampler.from_model(model)
     x, y = terrain.x0 + 5 * terrain.scale, terrain.y0 + 7 * terrain.scale
-    hid = model.geom_dataid[mujoco.mj_name2id(model, mujoco.mjtObj.mjOBJ_GEOM, "terrain")]
+    hid = model.geom_dataid[mujoco.mj_name2id(model, mujoco.mjtObj.mjOBJ_GEOM, "floor")]
     ncol = model.hfield_ncol[hid]
     before = sampler(torch.tensor([[x, y]])).item()
     saved = model.hfield_data[7 * ncol + 5]

@@ -21,8 +21,9 @@ import mujoco
 import numpy as np
 import torch
 
-TERRAIN_GEOM = "terrain"
-TERRAIN_HFIELD = "terrain"
+from training.sim.model import FLOOR, add_heightfield
+
+TERRAIN_GEOM = FLOOR  # the ground geom's name, whatever its shape (training.sim.model's convention)
 SUB_TERRAINS = ("flat", "bumps", "slope_up", "slope_down", "stairs_up", "stairs_down", "blocks")
 
 
@@ -236,32 +237,24 @@ class Terrain:
         origin = np.array([[[x0 + ci * scale, y0 + cj * scale, heights[ci, cj]]]])
         return cls(heights, x0, y0, scale, origin, ["custom"], float(max(heights.shape) * scale))
 
-    def add_to_spec(self, spec: mujoco.MjSpec, friction: float = 1.0) -> None:
-        """Add this height field to ``spec`` as geom ``terrain`` (MuJoCo rows run along y).
-
-        MuJoCo rescales elevation data to [0, 1] and multiplies by size[2]; we hand it data
-        already in [0, 1] with size[2] = height range and the geom lowered to the minimum, so
-        the compiled field reproduces the heights in metres.
-        """
-        lo, hi = float(self.heights.min()), float(self.heights.max())
-        span = max(hi - lo, 1e-3)  # MuJoCo needs a positive elevation size; all-zero data stays zero
-        normalized = (self.heights - lo) / span
+    @property
+    def half_extent(self) -> tuple[float, float]:
         nx, ny = self.heights.shape
-        rx, ry = (nx - 1) * self.scale / 2.0, (ny - 1) * self.scale / 2.0
-        spec.add_hfield(
-            name=TERRAIN_HFIELD,
-            size=[rx, ry, span, 1.0],
-            nrow=ny,
-            ncol=nx,
-            userdata=normalized.T.astype(np.float32).ravel().tolist(),
-        )
-        spec.worldbody.add_geom(
-            name=TERRAIN_GEOM,
-            type=mujoco.mjtGeom.mjGEOM_HFIELD,
-            hfieldname=TERRAIN_HFIELD,
-            pos=[self.x0 + rx, self.y0 + ry, lo],
-            friction=[friction, 0.005, 0.0001],
-        )
+        return (nx - 1) * self.scale / 2.0, (ny - 1) * self.scale / 2.0
+
+    def add_to_spec(self, spec: mujoco.MjSpec) -> None:
+        """Make this height field the ground of ``spec`` (geom ``floor``, replacing any plane).
+
+        Uses :func:`training.sim.model.add_heightfield`, which gives it the floor's contact
+        parameters and stores the heights so the compiled field reproduces them in metres.
+        The terrain must be centred on the world origin (``generate`` makes it so).
+        """
+        half = self.half_extent
+        if abs(self.x0 + half[0]) > 1e-6 or abs(self.y0 + half[1]) > 1e-6:
+            raise ValueError("terrain: the height field must be centred on the world origin")
+        if spec.geom(FLOOR) is None:  # a bare spec: give add_heightfield a floor to replace
+            spec.worldbody.add_geom(name=FLOOR, type=mujoco.mjtGeom.mjGEOM_PLANE, size=[1.0, 1.0, 0.1])
+        add_heightfield(spec, self.heights.T, half)  # MuJoCo rows run along y
 
 
 # ---- height lookup ---------------------------------------------------------------------------

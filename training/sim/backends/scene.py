@@ -67,14 +67,9 @@ def build_scene(
     robot = robot if robot is not None else load_robot()
     solver = solver or SolverConfig()
     solver.validate()
-    heightfield = None
+    spec = build_spec(wheeled=wheeled, robot=robot)
     if terrain is not None:
-        nx, ny = terrain.heights.shape
-        half = ((nx - 1) * terrain.scale / 2.0, (ny - 1) * terrain.scale / 2.0)
-        if abs(terrain.x0 + half[0]) > 1e-6 or abs(terrain.y0 + half[1]) > 1e-6:
-            raise ValueError("terrain: the height field must be centred on the world origin")
-        heightfield = (terrain.heights.T, half)  # MuJoCo rows run along y
-    spec = build_spec(wheeled=wheeled, robot=robot, heightfield=heightfield)
+        terrain.add_to_spec(spec)
     opt = spec.option
     opt.cone = CONES[solver.cone]
     opt.impratio = solver.impratio
