@@ -11,15 +11,17 @@ ticks against the wall clock.
 
 from __future__ import annotations
 
-from collections.abc import Callable
+import argparse
+from collections.abc import Callable, Sequence
 from dataclasses import dataclass, field
 from typing import Any
 
 from aow_policy.messages import MessageFactory, twist_msg
+from aow_policy.node_support import ParamSpec
 from aow_policy.robot import Robot
-from sim2sim.commands import CommandSchedule
+from sim2sim.commands import FORMAT_HELP, CommandSchedule
 from sim2sim.hardware import HardwareConfig, SimHardware, Topics, steps_between
-from sim2sim.world import RoughTerrainConfig, build_world
+from sim2sim.world import TERRAINS, RoughTerrainConfig, build_world
 
 Publish = Callable[[str, Any, float], None]
 CLOCK_TOPIC = "/clock"
@@ -35,6 +37,76 @@ class BridgeConfig:
     cmd_vel_hz: float = 50.0  # only with a command script
     commands_delay: float = 3.0  # s of simulation time before the script starts
     publish_clock: bool = True  # rosgraph_msgs/Clock every physics step, for use_sim_time
+
+
+_HW, _BRIDGE = HardwareConfig(), BridgeConfig()
+
+BRIDGE_PARAMS: tuple[ParamSpec, ...] = (
+    ParamSpec("robot_config", "", "Robot contract YAML; empty: the aow_policy package's config/aow_c.yaml"),
+    ParamSpec("terrain", _BRIDGE.terrain, "Ground: flat or rough (the training terrain generator)", choices=TERRAINS),
+    ParamSpec("seed", _BRIDGE.seed, "Rough terrain seed", 0, 2**31 - 1),
+    ParamSpec("physics_hz", _HW.physics_hz, "Physics rate = JointState rate (Hz)", 50.0, 5000.0),
+    ParamSpec("odometry_hz", _HW.odometry_hz, "Odometry rate (Hz); must divide physics_hz", 1.0, 5000.0),
+    ParamSpec("map_hz", _HW.map_hz, "Elevation map rate (Hz); must divide physics_hz", 0.1, 1000.0),
+    ParamSpec("map_size", _HW.map_size, "Side of the square robot-centred map (m)", 0.5, 20.0),
+    ParamSpec("map_resolution", _HW.map_resolution, "Map cell size (m)", 0.01, 1.0),
+    ParamSpec(
+        "command_timeout", _HW.command_timeout, "Seconds without joint commands before the drives damp", 0.01, 5.0
+    ),
+    ParamSpec("real_time_factor", 1.0, "Simulated seconds per wall-clock second", 0.01, 100.0),
+    ParamSpec(
+        "publish_clock",
+        True,
+        "Publish /clock and stamp on simulation time (run the other nodes with use_sim_time:=true); false: stamp on "
+        "the node clock (keep real_time_factor 1)",
+    ),
+    ParamSpec("commands_script", "", "Optional command script (YAML/JSON/CSV, see aow-sim2sim --help) for cmd_vel"),
+    ParamSpec("commands_delay", _BRIDGE.commands_delay, "Simulated seconds before the script starts", 0.0, 3600.0),
+    ParamSpec("joint_states_topic", "joint_states", "sensor_msgs/JointState output"),
+    ParamSpec("odometry_topic", "odometry", "nav_msgs/Odometry output"),
+    ParamSpec("elevation_map_topic", "elevation_map", "grid_map_msgs/GridMap output"),
+    ParamSpec("joint_commands_topic", "joint_commands", "sensor_msgs/JointState command input"),
+    ParamSpec("cmd_vel_topic", "cmd_vel", "geometry_msgs/Twist output of the command script"),
+    ParamSpec("odom_frame", _HW.odom_frame, "Odometry and map frame"),
+    ParamSpec("base_frame", _HW.base_frame, "Odometry child frame"),
+)
+
+
+def build_bridge_parser() -> argparse.ArgumentParser:
+    """``aow-sim-bridge`` options; each sets the node parameter of the same name (``--ros-args`` pass through)."""
+    p = argparse.ArgumentParser(
+        prog="aow-sim-bridge",
+        description="The sim-to-sim robot as a ROS 2 node: publishes joint_states, odometry, elevation_map and "
+        "/clock, applies joint_commands. Options below set node parameters; anything after --ros-args goes to ROS.",
+        epilog=FORMAT_HELP,
+        formatter_class=argparse.RawDescriptionHelpFormatter,
+    )
+    p.add_argument("--terrain", choices=TERRAINS, help="ground (parameter terrain; default flat)")
+    p.add_argument("--seed", type=int, help="rough terrain seed (parameter seed)")
+    p.add_argument("--robot", dest="robot_config", help="robot contract YAML (parameter robot_config)")
+    p.add_argument("--physics-hz", dest="physics_hz", type=float, help="physics = JointState rate (default 400)")
+    p.add_argument("--real-time-factor", dest="real_time_factor", type=float, help="simulated s per wall s (1)")
+    p.add_argument("--commands", dest="commands_script", help="command script to play on cmd_vel (format below)")
+    p.add_argument("--commands-delay", dest="commands_delay", type=float, help="s before the script starts (3)")
+    p.add_argument(
+        "--no-clock",
+        dest="publish_clock",
+        action="store_false",
+        default=None,
+        help="do not publish /clock; stamp messages on the wall clock instead (run at real-time factor 1)",
+    )
+    return p
+
+
+def parameter_overrides(argv: Sequence[str]) -> tuple[dict[str, Any], list[str]]:
+    """(node parameter values set on the command line, the ROS arguments after --ros-args)."""
+    argv = list(argv)
+    ros_args: list[str] = []
+    if "--ros-args" in argv:
+        i = argv.index("--ros-args")
+        argv, ros_args = argv[:i], argv[i:]
+    options = vars(build_bridge_parser().parse_args(argv))
+    return {k: v for k, v in options.items() if v is not None}, ros_args
 
 
 class SimBridge:
@@ -70,11 +142,12 @@ class SimBridge:
         """One control period of simulation: per physics step, clock, sensors, script, then the step."""
         hw = self.hardware
         for _ in range(self.steps_per_tick):
-            t = hw.time
+            stamp = hw.stamp
             if self.config.publish_clock:
-                self.publish(CLOCK_TOPIC, self.factory.new("rosgraph_msgs/msg/Clock", clock=self.factory.time(t)), t)
+                clock = self.factory.new("rosgraph_msgs/msg/Clock", clock=self.factory.time(stamp))
+                self.publish(CLOCK_TOPIC, clock, stamp)
             hw.publish_sensors()
             if self.schedule is not None and hw.step_count % self._cmd_every == 0:
-                command = self.schedule.command_at(t - self.config.commands_delay)
-                self.publish(self.config.topics.cmd_vel, twist_msg(self.factory, *command), t)
+                command = self.schedule.command_at(hw.time - self.config.commands_delay)
+                self.publish(self.config.topics.cmd_vel, twist_msg(self.factory, *command), stamp)
             hw.step()

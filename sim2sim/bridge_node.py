@@ -6,11 +6,13 @@ so the controller runs on simulation time with ``use_sim_time:=true``); subscrib
 ``joint_commands`` (sensor_msgs/JointState from the controller node) and applies it with the
 robot's drive gains. With ``commands_script`` set it also plays that script on ``cmd_vel``.
 A wall-clock timer advances one control period per tick (``real_time_factor`` scales it).
-All logic is in :mod:`sim2sim.bridge`; this file moves messages and time only.
+Command-line options (``aow-sim-bridge --help``) set parameters; ``--ros-args`` passes the rest to
+ROS. All logic is in :mod:`sim2sim.bridge`; this file moves messages and time only.
 """
 
 from __future__ import annotations
 
+import sys
 from typing import Any
 
 import rclpy
@@ -19,43 +21,16 @@ from grid_map_msgs.msg import GridMap
 from nav_msgs.msg import Odometry
 from rclpy.executors import ExternalShutdownException
 from rclpy.node import Node
+from rclpy.parameter import Parameter
 from rclpy.qos import QoSProfile, ReliabilityPolicy, qos_profile_sensor_data
 from rosgraph_msgs.msg import Clock
 from sensor_msgs.msg import JointState
 
-from aow_policy.node_support import ParamSpec, declare_parameters, rclpy_message_factory
+from aow_policy.node_support import declare_parameters, rclpy_message_factory
 from aow_policy.robot import load_robot
-from sim2sim.bridge import CLOCK_TOPIC, BridgeConfig, SimBridge
+from sim2sim.bridge import BRIDGE_PARAMS, CLOCK_TOPIC, BridgeConfig, SimBridge, parameter_overrides
 from sim2sim.commands import load_script
 from sim2sim.hardware import HardwareConfig, Topics
-from sim2sim.world import TERRAINS
-
-_HW, _BRIDGE = HardwareConfig(), BridgeConfig()
-
-BRIDGE_PARAMS: tuple[ParamSpec, ...] = (
-    ParamSpec("robot_config", "", "Robot contract YAML; empty: the aow_policy package's config/aow_c.yaml"),
-    ParamSpec("terrain", _BRIDGE.terrain, "Ground: flat or rough (the training terrain generator)", choices=TERRAINS),
-    ParamSpec("seed", _BRIDGE.seed, "Rough terrain seed", 0, 2**31 - 1),
-    ParamSpec("physics_hz", _HW.physics_hz, "Physics rate = JointState rate (Hz)", 50.0, 5000.0),
-    ParamSpec("odometry_hz", _HW.odometry_hz, "Odometry rate (Hz); must divide physics_hz", 1.0, 5000.0),
-    ParamSpec("map_hz", _HW.map_hz, "Elevation map rate (Hz); must divide physics_hz", 0.1, 1000.0),
-    ParamSpec("map_size", _HW.map_size, "Side of the square robot-centred map (m)", 0.5, 20.0),
-    ParamSpec("map_resolution", _HW.map_resolution, "Map cell size (m)", 0.01, 1.0),
-    ParamSpec(
-        "command_timeout", _HW.command_timeout, "Seconds without joint commands before the drives damp", 0.01, 5.0
-    ),
-    ParamSpec("real_time_factor", 1.0, "Simulated seconds per wall-clock second", 0.01, 100.0),
-    ParamSpec("publish_clock", True, "Publish /clock (run the other nodes with use_sim_time:=true)"),
-    ParamSpec("commands_script", "", "Optional command script (YAML/JSON/CSV, see aow-sim2sim --help) for cmd_vel"),
-    ParamSpec("commands_delay", _BRIDGE.commands_delay, "Simulated seconds before the script starts", 0.0, 3600.0),
-    ParamSpec("joint_states_topic", "joint_states", "sensor_msgs/JointState output"),
-    ParamSpec("odometry_topic", "odometry", "nav_msgs/Odometry output"),
-    ParamSpec("elevation_map_topic", "elevation_map", "grid_map_msgs/GridMap output"),
-    ParamSpec("joint_commands_topic", "joint_commands", "sensor_msgs/JointState command input"),
-    ParamSpec("cmd_vel_topic", "cmd_vel", "geometry_msgs/Twist output of the command script"),
-    ParamSpec("odom_frame", _HW.odom_frame, "Odometry and map frame"),
-    ParamSpec("base_frame", _HW.base_frame, "Odometry child frame"),
-)
 
 
 class SimBridgeNode(Node):
@@ -102,6 +77,8 @@ class SimBridgeNode(Node):
             CLOCK_TOPIC: self.create_publisher(Clock, CLOCK_TOPIC, reliable),
         }
         self.bridge = SimBridge(robot, factory, self._publish, config, schedule)
+        if not p["publish_clock"]:  # no simulation clock: stamp on the node clock, from now
+            self.bridge.hardware.stamp_offset = self.get_clock().now().nanoseconds * 1e-9
         # best effort matches a reliable or a best-effort command publisher
         self.create_subscription(JointState, topics.joint_commands, self._on_joint_command, qos_profile_sensor_data)
         self.create_timer(self.bridge.tick_period / p["real_time_factor"], self.bridge.tick)
@@ -121,10 +98,12 @@ class SimBridgeNode(Node):
 
 
 def main(args: list[str] | None = None) -> None:
-    rclpy.init(args=args)
+    """``aow-sim-bridge [options] [--ros-args ...]``: options set parameters (see ``--help``)."""
+    overrides, ros_args = parameter_overrides(sys.argv[1:] if args is None else args)
+    rclpy.init(args=["aow-sim-bridge", *ros_args])
     node = None
     try:
-        node = SimBridgeNode()
+        node = SimBridgeNode(parameter_overrides=[Parameter(name, value=value) for name, value in overrides.items()])
         rclpy.spin(node)
     except (KeyboardInterrupt, ExternalShutdownException):
         pass

@@ -177,6 +177,9 @@ class SimHardware:
         self.last_command_error: str | None = None
 
         self.step_count = 0
+        # Added to every header stamp: 0 on simulation time (with /clock); the start's wall-clock time
+        # when the messages must be stamped on the node clock instead.
+        self.stamp_offset = 0.0
         self._odometry_every = steps_between(self.config.physics_hz, self.config.odometry_hz, "odometry_hz")
         self._map_every = steps_between(self.config.physics_hz, self.config.map_hz, "map_hz")
         self.map = RobotCentredMap(
@@ -252,9 +255,14 @@ class SimHardware:
         return False
 
     # ---- messages out --------------------------------------------------------------------
+    @property
+    def stamp(self) -> float:
+        """Header stamp of the current state (s)."""
+        return self.time + self.stamp_offset
+
     def joint_state_message(self) -> Any:
         return joint_state_msg(
-            self.factory, self.joint_names, self.joint_position, self.joint_velocity, self.joint_effort, self.time
+            self.factory, self.joint_names, self.joint_position, self.joint_velocity, self.joint_effort, self.stamp
         )
 
     def odometry_message(self) -> Any:
@@ -265,18 +273,18 @@ class SimHardware:
             self.base_quaternion_xyzw,
             self.base_linear_velocity,
             self.base_angular_velocity,
-            stamp=self.time,
+            stamp=self.stamp,
             frame_id=cfg.odom_frame,
             child_frame_id=cfg.base_frame,
         )
 
     def map_message(self) -> Any:
         x, y, _ = self.base_position
-        return self.map.message(self.factory, float(x), float(y), self.time, self.config.odom_frame)
+        return self.map.message(self.factory, float(x), float(y), self.stamp, self.config.odom_frame)
 
     def publish_sensors(self) -> None:
         """Publish what is due at the current step: JointState always, Odometry and GridMap at their rates."""
-        t, topics = self.time, self.topics
+        t, topics = self.stamp, self.topics
         self.publish(topics.joint_states, self.joint_state_message(), t)
         if self.step_count % self._odometry_every == 0:
             self.publish(topics.odometry, self.odometry_message(), t)
@@ -285,7 +293,7 @@ class SimHardware:
 
     # ---- commands in ---------------------------------------------------------------------
     def on_joint_command(self, msg: Any, now: float | None = None) -> bool:
-        """A sensor_msgs/JointState command (by joint name). False (and ignored) if refused."""
+        """A sensor_msgs/JointState command (by joint name), in force from now on. False (ignored) if refused."""
         reader = self._reader
         try:
             reader.read(msg)
@@ -298,7 +306,7 @@ class SimHardware:
             return self._refuse("non-finite targets")
         np.clip(position, self._pos_low, self._pos_high, out=self._target_position)
         np.clip(velocity, -self._vel_limit, self._vel_limit, out=self._target_velocity)
-        self._last_command = self.time if now is None else now
+        self._last_command = self.time  # the drives' own clock, whatever the message's stamp
         self.commands_accepted += 1
         return True
 

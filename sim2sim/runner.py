@@ -4,10 +4,11 @@ One loop over physics steps plays what happens on the robot, in order, at each s
 
 1. the hardware publishes its sensor messages (JointState every step, Odometry and GridMap at their
    rates) and a scripted operator publishes geometry_msgs/Twist on ``/cmd_vel``;
-2. every control period, the controller does what the controller node does: it is started once
-   (``~/start``: ZERO_TORQUE -> STAND_UP -> POLICY), ``core.step(now)`` gives the joint command,
-   which is published as sensor_msgs/JointState on ``/joint_commands``, and its diagnostics go to
-   ``/diagnostics``;
+2. every control period, the controller does what the controller node does with ``auto_start``:
+   ``~/start`` once fresh joint states are in (ZERO_TORQUE -> STAND_UP -> POLICY; never restarted
+   after a fault), ``core.step(now)`` gives the joint command, published as sensor_msgs/JointState
+   on ``/joint_commands``, and the node's diagnostics go to ``/diagnostics`` (10 Hz and at every
+   state change here, for the replay's phase split; the node's default is 1 Hz);
 3. the hardware applies the latest joint command and advances one physics step.
 
 "Publishing" delivers the message object to its subscribers at once (the controller core's
@@ -31,8 +32,10 @@ import numpy as np
 from rosbags.typesys import Stores, get_typestore
 
 from aow_policy.controller import ControllerConfig, ControllerCore, ControllerState
+from aow_policy.loop_stats import LoopStats
 from aow_policy.messages import MessageFactory, joint_command_msg, twist_msg
 from aow_policy.monitor import ViolationEvent, ViolationMonitor
+from aow_policy.node_support import controller_diagnostics
 from aow_policy.policy import PolicyRunner
 from aow_policy.robot import Robot, load_robot
 from sim2sim.commands import CommandSchedule, default_schedule, load_script, segments_from_records
@@ -49,7 +52,8 @@ from sim2sim.recorder import BagRecorder
 from sim2sim.world import RoughTerrainConfig, build_world
 
 DISTROS = {"humble": Stores.ROS2_HUMBLE, "jazzy": Stores.ROS2_JAZZY}
-CONTROLLER_NAME = "aow_controller"
+CONTROLLER_STATUS_NAME = "/controller_node: controller"  # what the controller node names its status
+AUTO_START_RETRY = 1.0  # s between ~/start attempts, as the controller node's auto_start
 
 
 @dataclass(frozen=True)
@@ -109,6 +113,7 @@ class Sim2SimResult:
     storage: str | None = None
     commands_refused_by_hardware: int = 0
     worst_violations: list[dict[str, Any]] = field(default_factory=list)  # largest overruns, events as dicts
+    controller_loop: dict[str, float] = field(default_factory=dict)  # core.step compute time (LoopStats)
 
     @property
     def fell(self) -> bool:
@@ -167,6 +172,12 @@ class Sim2SimResult:
                 f"worst overrun: {e['joint']} {e['quantity']} peak {e['peak']:.2f} (limit {e['limit']:g}) "
                 f"at t = {e['start']:.2f} s for {e['duration'] * 1e3:.1f} ms"
             )
+        loop = self.controller_loop
+        if "compute_mean_ms" in loop:
+            lines.append(
+                f"controller core.step (observation, height scan, inference): mean {loop['compute_mean_ms']:.3f} ms, "
+                f"p99 {loop['compute_p99_ms']:.3f} ms"
+            )
         counts = ", ".join(f"{topic} {n}" for topic, n in sorted(self.message_counts.items()))
         lines.append(f"messages: {counts}")
         if self.bag:
@@ -221,24 +232,17 @@ def resolve_schedule(
     return segments_from_records(commands, robot, source="commands")
 
 
-def diagnostics_msg(factory: MessageFactory, core: ControllerCore, now: float) -> Any:
-    """diagnostic_msgs/DiagnosticArray with the core's key/values (key "state" holds the state)."""
+def diagnostics_msg(factory: MessageFactory, core: ControllerCore, loop: LoopStats, now: float) -> Any:
+    """The controller node's diagnostic_msgs/DiagnosticArray (same status name, level, message and keys)."""
+    level, message, values = controller_diagnostics(core, loop, now)
     status_cls = factory.types["diagnostic_msgs/msg/DiagnosticStatus"]
-    state = core.state
-    if state is ControllerState.POLICY or state is ControllerState.STAND_UP:
-        level = status_cls.OK
-    elif core.fault:
-        level = status_cls.ERROR
-    else:
-        level = status_cls.WARN
-    values = [factory.new("diagnostic_msgs/msg/KeyValue", key=k, value=v) for k, v in core.diagnostics(now).items()]
     status = factory.new(
         "diagnostic_msgs/msg/DiagnosticStatus",
-        level=level,
-        name=CONTROLLER_NAME,
-        message=state.value + (f": {core.fault}" if core.fault else ""),
-        hardware_id="",
-        values=values,
+        level=getattr(status_cls, level),
+        name=CONTROLLER_STATUS_NAME,
+        message=message,
+        hardware_id=core.robot.name,
+        values=[factory.new("diagnostic_msgs/msg/KeyValue", key=k, value=v) for k, v in values.items()],
     )
     return factory.new("diagnostic_msgs/msg/DiagnosticArray", header=factory.header(now), status=[status])
 
@@ -318,7 +322,8 @@ def run(
         bar = tqdm(total=round(cfg.duration, 3), unit="sim s", desc="sim-to-sim", leave=False)
 
     policy_start: float | None = None
-    started = False
+    auto_start, next_start = True, 0.0
+    loop = LoopStats(policy_dt)  # period on simulation time, compute time on the wall clock
     last_state = core.state
     bag_path: Path | None = None
     wall0 = time.perf_counter()
@@ -333,9 +338,13 @@ def run(
                 script_time = t - policy_start if policy_start is not None else -1.0
                 bus.publish(topics.cmd_vel, twist_msg(factory, *schedule.command_at(script_time)), t)
             if k % control_every == 0:
-                if not started:  # the ~/start service, called once the robot reports its joints
-                    started = core.start(t)[0]
+                # the node's auto_start: ~/start once fresh joint states are in; never again after that
+                if auto_start and core.fault is None and t >= next_start:
+                    auto_start = not core.start(t)[0]
+                    next_start = t + AUTO_START_RETRY
+                compute_start = time.perf_counter()
                 command = core.step(t)
+                loop.record(t, t + time.perf_counter() - compute_start)
                 if command.has_measurement:
                     bus.publish(topics.joint_commands, joint_command_msg(factory, command), t)
                 if core.state is ControllerState.POLICY and policy_start is None:
@@ -345,7 +354,7 @@ def run(
                     tracker.add(t - policy_start, velocity)
                 falls.update(t, hardware.height_above_ground, hardware.tilt, hardware.base_touches_ground())
                 if k % diag_every == 0 or core.state is not last_state:
-                    bus.publish(topics.diagnostics, diagnostics_msg(factory, core, t), t)
+                    bus.publish(topics.diagnostics, diagnostics_msg(factory, core, loop, t), t)
                     last_state = core.state
                 if bar is not None and k % (control_every * 25) == 0:
                     bar.n = round(t, 3)
@@ -378,6 +387,7 @@ def run(
         transitions=[(t, s.value, why) for t, s, why in core.transitions],
         violations=monitor.summary(),
         worst_violations=[e.to_dict() for e in worst_events],
+        controller_loop=loop.summary(),
         message_counts=dict(bus.counts),
         bag=bag_path,
         storage=cfg.storage if bag_path else None,

@@ -14,7 +14,7 @@ from aow_policy.controller import ControllerConfig, ControllerCore, ControllerSt
 from aow_policy.messages import MessageFactory, joint_command_msg
 from aow_policy.robot import load_robot
 from aow_policy.testing import FakePolicy, locomotion_layout, policy_contract_for
-from sim2sim.bridge import CLOCK_TOPIC, BridgeConfig, SimBridge
+from sim2sim.bridge import BRIDGE_PARAMS, CLOCK_TOPIC, BridgeConfig, SimBridge, build_bridge_parser, parameter_overrides
 from sim2sim.commands import CommandSchedule, Segment
 
 ROBOT = load_robot()
@@ -75,6 +75,34 @@ def test_bridge_and_controller_core_wired_like_the_nodes_stand_and_run_the_polic
     np.testing.assert_allclose(
         hw.joint_position[ROBOT.leg_indices], ROBOT.default_positions[ROBOT.leg_indices], atol=0.35
     )
+
+
+def test_command_line_options_set_declared_parameters_and_pass_ros_args_through():
+    overrides, ros_args = parameter_overrides(
+        ["--terrain", "rough", "--seed", "4", "--no-clock", "--real-time-factor", "2", "--ros-args", "-p", "a:=1"]
+    )
+    assert overrides == {"terrain": "rough", "seed": 4, "publish_clock": False, "real_time_factor": 2.0}
+    assert ros_args == ["--ros-args", "-p", "a:=1"]
+    assert parameter_overrides([]) == ({}, [])
+    specs = {spec.name: spec for spec in BRIDGE_PARAMS}
+    for action in build_bridge_parser()._actions:
+        if action.dest == "help":
+            continue
+        spec = specs[action.dest]  # every option is a declared parameter
+        assert action.type in (None, type(spec.default)) or (action.type is float and isinstance(spec.default, float))
+    for name, value in overrides.items():
+        specs[name].check(value)
+        assert type(value) is type(specs[name].default)
+
+
+def test_without_a_clock_messages_are_stamped_from_the_given_offset():
+    sent = []
+    bridge = SimBridge(ROBOT, F, lambda topic, msg, t: sent.append((topic, msg, t)), BridgeConfig(publish_clock=False))
+    bridge.hardware.stamp_offset = 1_700_000_000.25
+    bridge.tick()
+    stamps = [m.header.stamp.sec + m.header.stamp.nanosec * 1e-9 for topic, m, _ in sent if topic == "/joint_states"]
+    np.testing.assert_allclose(np.array(stamps) - 1_700_000_000.25, np.arange(8) / 400.0, atol=1e-6)
+    assert CLOCK_TOPIC not in {topic for topic, _, _ in sent}
 
 
 @pytest.mark.ros
