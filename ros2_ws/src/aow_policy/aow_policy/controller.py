@@ -245,12 +245,15 @@ class ControllerCore:
             self.inputs.heights = self.scanner.heights  # the builder reads the scanner's buffer directly
         self._joint_reader = JointStateReader(robot.joint_names)
         self._base = BaseState()
+        self._yaw = 0.0  # of the last accepted odometry (the BaseState holds the last received)
+        self._odom_frame = ""
         self._command_in = np.zeros(3)
         self._map: GridMapLayer | None = None
         self.status = {name: InputStatus() for name in INPUTS}
         self._pending_fault: str | None = None
-        self._measured_position = np.zeros(n)  # last valid measurement
-        self._measured_velocity = np.zeros(n)
+        # the last valid measurement; the observation reads the same buffers
+        self._measured_position = self.inputs.joint_position
+        self._measured_velocity = self.inputs.joint_velocity
         self._has_measurement = False
 
         # outputs and work buffers
@@ -264,6 +267,7 @@ class ControllerCore:
         self._stand_tmp = np.zeros(n)
         self._stand_t0 = 0.0
         self._stand_done = False
+        self._gains_state: ControllerState | None = None
 
         self.state = ControllerState(cfg.initial_state)
         self.fault: str | None = None
@@ -320,8 +324,6 @@ class ControllerCore:
             return self._refuse("joint_states", self._joint_problem(pos, vel))
         np.copyto(self._measured_position, pos)
         np.copyto(self._measured_velocity, vel)
-        np.copyto(self.inputs.joint_position, pos)
-        np.copyto(self.inputs.joint_velocity, vel)
         self._has_measurement = True
         return self._accept("joint_states", now)
 
@@ -344,14 +346,11 @@ class ControllerCore:
             read_odometry(msg, base, self.config.twist_frame)
         except (AttributeError, TypeError, ValueError) as e:
             return self._refuse("odometry", f"malformed Odometry ({e})")
-        # NaN and inf propagate through the sums
-        total = base.position.sum() + base.orientation_xyzw.sum() + base.linear_velocity.sum()
-        if not math.isfinite(total + base.angular_velocity.sum()):
+        if not base.finite:
             return self._refuse("odometry", "non-finite values in pose or twist")
         if abs(base.quaternion_norm - 1.0) > self.config.quaternion_norm_tolerance:
             return self._refuse("odometry", f"orientation quaternion has norm {base.quaternion_norm:.3f}")
-        lin = math.sqrt(base.linear_velocity.dot(base.linear_velocity))
-        ang = math.sqrt(base.angular_velocity.dot(base.angular_velocity))
+        lin, ang = base.linear_speed, base.angular_speed
         if lin > self.config.max_base_linear_speed or ang > self.config.max_base_angular_speed:
             return self._refuse("odometry", f"implausible base velocity ({lin:.2f} m/s, {ang:.2f} rad/s)")
         inp = self.inputs
@@ -359,11 +358,14 @@ class ControllerCore:
         np.copyto(inp.base_linear_velocity, base.linear_velocity)
         np.copyto(inp.base_angular_velocity, base.angular_velocity)
         np.copyto(inp.projected_gravity, base.projected_gravity)
+        self._yaw = base.yaw
+        self._odom_frame = base.frame_id
         return self._accept("odometry", now)
 
     @property
     def base_yaw(self) -> float:
-        return self._base.yaw
+        """Heading of the last accepted odometry."""
+        return self._yaw
 
     def on_command(self, msg: Any, now: float) -> bool:
         """geometry_msgs/Twist velocity command, clipped to the contract's ranges. NaN is a fault."""
@@ -475,7 +477,7 @@ class ControllerCore:
                 if age > cfg.height_map_stamp_max_age:
                     problem = f"height_map: header stamp is {age:.3f} s old (max {cfg.height_map_stamp_max_age} s)"
             if problem is None and cfg.check_frames:
-                map_frame, odom_frame = self._map.frame_id, self._base.frame_id
+                map_frame, odom_frame = self._map.frame_id, self._odom_frame
                 if map_frame and odom_frame and map_frame != odom_frame:
                     problem = f"height_map: frame {map_frame!r} differs from the odometry frame {odom_frame!r}"
         return problem
@@ -492,9 +494,7 @@ class ControllerCore:
         np.add(cmd.position, self._stand_tmp, out=cmd.position)
         np.copyto(cmd.position, self._measured_position, where=~legs)  # wheels: no position target
         cmd.velocity.fill(0.0)
-        np.copyto(cmd.kp, self.robot.kp)
-        np.copyto(cmd.kd, self.robot.kd)
-        cmd.effort.fill(0.0)
+        self._set_gains()
         self._stand_done = s >= 1.0
 
     def _policy(self, now: float) -> str | None:
@@ -507,7 +507,7 @@ class ControllerCore:
             inputs.command.fill(0.0)
         if self.scanner is not None:
             try:
-                self.scanner.scan(self._map, inputs.base_position[0], inputs.base_position[1], self._base.yaw)
+                self.scanner.scan(self._map, inputs.base_position[0], inputs.base_position[1], self._yaw)
             except HeightScanError as e:
                 return f"height_map: {e}"
             if not self.scanner.is_usable:
@@ -552,23 +552,28 @@ class ControllerCore:
             np.copyto(cmd.position, self.robot.default_positions, where=self._undriven_mask & self._legs)
             np.copyto(cmd.position, self._measured_position, where=self._undriven_mask & ~self._legs)
             np.copyto(cmd.velocity, 0.0, where=self._undriven_mask)
-        np.copyto(cmd.kp, self.robot.kp)
-        np.copyto(cmd.kd, self.robot.kd)
-        cmd.effort.fill(0.0)
+        self._set_gains()
         self.policy_steps += 1
         return None
 
     def _passive(self, damping: bool) -> None:
         cmd = self.command
         np.copyto(cmd.position, self._measured_position)
-        cmd.effort.fill(0.0)
-        cmd.kp.fill(0.0)
         if damping:
             cmd.velocity.fill(0.0)
-            np.copyto(cmd.kd, self.robot.kd)
         else:
             np.copyto(cmd.velocity, self._measured_velocity)
-            cmd.kd.fill(0.0)
+        self._set_gains()
+
+    def _set_gains(self) -> None:
+        """Gains of the current state (written on state changes only; effort stays 0)."""
+        if self._gains_state is self.state:
+            return
+        cmd, state = self.command, self.state
+        active = state in ACTIVE_STATES
+        np.copyto(cmd.kp, self.robot.kp if active else 0.0)
+        np.copyto(cmd.kd, self.robot.kd if active or state is ControllerState.DAMPING else 0.0)
+        self._gains_state = state
 
     def _enter_damping(self, now: float, reason: str, is_fault: bool = True) -> None:
         if is_fault:

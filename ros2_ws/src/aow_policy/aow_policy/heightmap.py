@@ -37,10 +37,12 @@ class HeightScanError(ValueError):
 class HeightScanner:
     """Samples a :class:`GridMapLayer` at the rotated scan grid into preallocated buffers.
 
-    About twenty numpy calls per scan on (axis, corner, point) stacked arrays: the point -> index
-    map is one affine matmul, circular start indices and strides are folded into per-axis lookup
-    tables (rebuilt only when the map's geometry changes), and the NaN handling runs only when a
-    gathered cell is NaN.
+    The point -> index map is one affine matmul; circular start indices and strides are folded
+    into per-axis lookup tables (rebuilt only when the map's geometry changes). When the whole
+    grid lies between the map's outermost cell centres (checked on its four corners: the map of
+    a convex grid under an affine map is convex) and no gathered cell is NaN, the interpolation
+    is two lerps without masks or clamps; otherwise a general path applies the edge, outside and
+    NaN rules. No numpy call here allocates an array (no broadcasting, no casting buffers).
     """
 
     def __init__(self, grid: HeightScanGrid, method: str = "bilinear", min_valid_fraction: float = 0.5):
@@ -55,24 +57,27 @@ class HeightScanner:
         n = len(points)
         self.num_points = n
         self._local = np.vstack([points.T, np.ones(n)])  # (3, n): x, y, 1
+        self._corners = [
+            (x, y) for x in (points[:, 0].min(), points[:, 0].max()) for y in (points[:, 1].min(), points[:, 1].max())
+        ]
         self._affine = np.empty((2, 3))
         self._k = np.empty((2, n))  # continuous unwrapped index (rows, cols)
         self._k0 = np.empty((2, n))
-        self._frac = np.empty((2, n))
+        self._frac = np.empty((2, n))  # rows: fx, fy
         self._idx = np.empty((2, 2, n), dtype=np.intp)  # axis, corner (floor, floor + 1), point
         self._offsets = np.empty((2, 2, n), dtype=np.intp)
         self._flat = np.empty((2, 2, n), dtype=np.intp)  # x corner, y corner, point
-        self._wx = np.empty((2, n))
-        self._wy = np.empty((2, n))
-        self._w = np.empty((2, 2, n))
         self._v = np.empty((2, 2, n), dtype=np.float32)
         self._v64 = np.empty((2, 2, n))
-        self._v4, self._w4 = self._v64.reshape(4, n), self._w.reshape(4, n)  # views over the corners
         self._v_flat, self._ones = self._v64.reshape(-1), np.ones(4 * n)
+        self._lerp = np.empty((2, n))
+        self._w = np.empty((2, 2, n))
+        self._wx = np.empty((2, n))
+        self._wy = np.empty((2, n))
         self._finite = np.empty((2, 2, n), dtype=bool)
         self._in = np.empty((2, n), dtype=bool)
         self._in2 = np.empty((2, n), dtype=bool)
-        self._inside = np.empty(n, dtype=bool)
+        self._inside = np.ones(n, dtype=bool)
         self._wsum = np.empty(n)
         self._table_key: tuple[int, ...] | None = None
         self._row_table = np.empty(0, dtype=np.intp)
@@ -105,40 +110,81 @@ class HeightScanner:
         # With p = base + R(yaw) q this is one affine map of the local grid point q.
         inv = 1.0 / layer.resolution
         half = 0.5 * layer.resolution
+        a00, a01, a02 = -c * inv, s * inv, (layer.center_x + 0.5 * layer.length_x - half - base_x) * inv
+        a10, a11, a12 = -s * inv, -c * inv, (layer.center_y + 0.5 * layer.length_y - half - base_y) * inv
         a = self._affine
-        a[0, 0], a[0, 1], a[0, 2] = -c * inv, s * inv, (layer.center_x + 0.5 * layer.length_x - half - base_x) * inv
-        a[1, 0], a[1, 1], a[1, 2] = -s * inv, -c * inv, (layer.center_y + 0.5 * layer.length_y - half - base_y) * inv
-        k = self._k
-        np.matmul(a, self._local, out=k)
-        # Inside the map: -0.5 <= k < size - 0.5 on both axes.
-        inside2, tmp2 = self._in, self._in2
-        np.greater_equal(k, -0.5, out=inside2)
-        np.less(k[0], layer.rows - 0.5, out=tmp2[0])  # scalar bounds: broadcasting would buffer
-        np.less(k[1], layer.cols - 0.5, out=tmp2[1])
-        np.logical_and(inside2, tmp2, out=inside2)
-        np.logical_and(inside2[0], inside2[1], out=self._inside)
+        a[0, 0], a[0, 1], a[0, 2], a[1, 0], a[1, 1], a[1, 2] = a00, a01, a02, a10, a11, a12
+        np.matmul(a, self._local, out=self._k)
+        if self.method == "bilinear":
+            hi_x, hi_y = layer.rows - 1 - 1e-9, layer.cols - 1 - 1e-9
+            interior = True
+            for x, y in self._corners:
+                kx, ky = a00 * x + a01 * y + a02, a10 * x + a11 * y + a12
+                if not (1e-9 <= kx <= hi_x and 1e-9 <= ky <= hi_y):
+                    interior = False
+                    break
+            if interior and self._bilinear_interior(layer):
+                return self.heights
+        self._inside_mask(layer)
         if self.method == "bilinear":
             self._bilinear(layer)
         else:
             self._nearest(layer)
         return self._finish()
 
-    def _bilinear(self, layer: GridMapLayer) -> None:
+    # ---- fast path: every point between the outermost cell centres, no NaN -----------------
+    def _bilinear_interior(self, layer: GridMapLayer) -> bool:
+        """False (and nothing final written) when a gathered cell is NaN: the general path decides."""
         k, k0, frac, idx = self._k, self._k0, self._frac, self._idx
         np.floor(k, out=k0)
         np.subtract(k, k0, out=frac)
         np.copyto(idx[:, 0], k0, casting="unsafe")  # integral values already
         np.add(idx[0, 0], 1, out=idx[0, 1])  # per axis: a strided 2-D add would buffer
         np.add(idx[1, 0], 1, out=idx[1, 1])
+        self._gather(layer)
+        v = self._v64
+        if math.isnan(self._v_flat.dot(self._ones)):  # NaN propagates through the dot product
+            return False
+        # lerp along x for both y corners, then along y
+        lerp, fx, fy = self._lerp, frac[0], frac[1]
+        np.subtract(v[1], v[0], out=lerp)
+        np.multiply(lerp[0], fx, out=lerp[0])
+        np.multiply(lerp[1], fx, out=lerp[1])
+        np.add(lerp, v[0], out=lerp)
+        heights = self.heights
+        np.subtract(lerp[1], lerp[0], out=heights)
+        np.multiply(heights, fy, out=heights)
+        np.add(heights, lerp[0], out=heights)
+        if self.valid_fraction != 1.0:
+            self.valid.fill(True)
+            self.valid_fraction = 1.0
+        return True
+
+    # ---- general path ----------------------------------------------------------------------
+    def _inside_mask(self, layer: GridMapLayer) -> None:
+        """Inside the map: -0.5 <= k < size - 0.5 on both axes."""
+        k, inside2, tmp2 = self._k, self._in, self._in2
+        np.greater_equal(k, -0.5, out=inside2)
+        np.less(k[0], layer.rows - 0.5, out=tmp2[0])  # scalar bounds: broadcasting would buffer
+        np.less(k[1], layer.cols - 0.5, out=tmp2[1])
+        np.logical_and(inside2, tmp2, out=inside2)
+        np.logical_and(inside2[0], inside2[1], out=self._inside)
+
+    def _bilinear(self, layer: GridMapLayer) -> None:
+        k, k0, frac, idx = self._k, self._k0, self._frac, self._idx
+        np.floor(k, out=k0)
+        np.subtract(k, k0, out=frac)
+        np.copyto(idx[:, 0], k0, casting="unsafe")
+        np.add(idx[0, 0], 1, out=idx[0, 1])
+        np.add(idx[1, 0], 1, out=idx[1, 1])
         # Between the outermost cell centres and the border the edge cell is used on both sides.
         self._clamp(layer)
         self._gather(layer)
-        wx, wy = self._wx, self._wy
+        wx, wy, w = self._wx, self._wy, self._w
         np.subtract(1.0, frac[0], out=wx[0])
         np.copyto(wx[1], frac[0])
         np.subtract(1.0, frac[1], out=wy[0])
         np.copyto(wy[1], frac[1])
-        w = self._w
         for i in (0, 1):  # outer product per corner (a broadcast multiply would allocate buffers)
             np.multiply(wx[i], wy[0], out=w[i, 0])
             np.multiply(wx[i], wy[1], out=w[i, 1])
@@ -172,34 +218,27 @@ class HeightScanner:
             np.add(off[0, i], off[1, 0], out=flat[i, 0])
             np.add(off[0, i], off[1, 1], out=flat[i, 1])
         layer.values.take(flat, out=self._v, mode="clip")
+        np.copyto(self._v64, self._v)
 
     def _weighted(self) -> None:
-        v, v64, w = self._v, self._v64, self._w
-        np.copyto(v64, v)
-        if math.isnan(
-            self._v_flat.dot(self._ones)
-        ):  # NaN propagates through the dot product  # NaN cells get no weight; renormalise over the remaining corners
-            finite = self._finite
-            np.isfinite(v64, out=finite)
-            np.multiply(w, finite, out=w)
-            np.copyto(v64, 0.0, where=~finite)
-            np.multiply(v64, w, out=v64)
-            self._sum_corners(self._w4, self._wsum)
-            self._sum_corners(self._v4, self.heights)
-            np.greater(self._wsum, 1e-9, out=self.valid)
-            np.logical_and(self.valid, self._inside, out=self.valid)
-            np.maximum(self._wsum, 1e-9, out=self._wsum)
-            np.divide(self.heights, self._wsum, out=self.heights)
-        else:
-            np.multiply(v64, w, out=v64)
-            self._sum_corners(self._v4, self.heights)
-            np.copyto(self.valid, self._inside)
+        """Weighted sum over the four corners; NaN cells get no weight, the rest is renormalised."""
+        v, w, finite, wsum = self._v64, self._w, self._finite, self._wsum
+        np.isfinite(v, out=finite)
+        np.multiply(w, finite, out=w)
+        np.copyto(v, 0.0, where=~finite)
+        np.multiply(v, w, out=v)
+        self._sum_corners(w, wsum)
+        self._sum_corners(v, self.heights)
+        np.greater(wsum, 1e-9, out=self.valid)
+        np.logical_and(self.valid, self._inside, out=self.valid)
+        np.maximum(wsum, 1e-9, out=wsum)
+        np.divide(self.heights, wsum, out=self.heights)
 
     @staticmethod
     def _sum_corners(values: np.ndarray, out: np.ndarray) -> None:
-        np.add(values[0], values[1], out=out)
-        np.add(out, values[2], out=out)
-        np.add(out, values[3], out=out)
+        np.add(values[0, 0], values[0, 1], out=out)
+        np.add(out, values[1, 0], out=out)
+        np.add(out, values[1, 1], out=out)
 
     def _finish(self) -> np.ndarray:
         count = int(np.count_nonzero(self.valid))

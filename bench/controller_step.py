@@ -1,0 +1,207 @@
+"""Latency of one control step of the deployment runtime, as the controller node runs it.
+
+    python -m bench.controller_step [--json] [--quick] [--steps N] [--rclpy-like]
+
+One timed step = converting a JointState (16 joints, shuffled order, with an extra joint), an
+Odometry and the latest GridMap (200 x 200 cells, 0.05 m, non-zero circular start indices) into
+the controller core (``on_joint_state``, ``on_odometry``, ``on_grid_map``) plus ``core.step(now)``
+in POLICY: watchdogs, the 187-point bilinear height scan, the observation and ONNX inference
+(an ELU MLP 243 -> 256 -> 128 -> 64 -> 16 with the policy contract in its metadata, run by
+:class:`aow_policy.policy.PolicyRunner`). Messages are rosbags' classes (numpy sequences) or, with
+``--rclpy-like``, objects whose sequences are ``array.array`` as rclpy delivers them. The robot
+pose changes every step, so nothing is cached across steps.
+
+Baseline in the same run: ONNX inference alone on the same observations.
+The last stdout line with --json is one object with p50_us and p99_us of the step (goal: p99 <=
+200 us) and the baseline's inference_p50_us / inference_p99_us. The CPU is shared: timings vary
+with the load, which is reported (loadavg_1min).
+"""
+
+from __future__ import annotations
+
+import argparse
+import array
+import json
+import math
+import os
+import tempfile
+import time
+from pathlib import Path
+from types import SimpleNamespace
+from typing import Any
+
+import numpy as np
+from rosbags.typesys import Stores, get_typestore
+
+from aow_policy.controller import ControllerConfig, ControllerCore, ControllerState
+from aow_policy.messages import MessageFactory, grid_map_msg, joint_state_msg, odometry_msg, twist_msg
+from aow_policy.policy import PolicyRunner
+from aow_policy.robot import Robot, load_robot
+from aow_policy.testing import policy_contract_for, write_onnx_policy
+
+GOAL_P99_US = 200.0
+MAP_CELLS = 200
+MAP_RESOLUTION = 0.05
+POOL = 64  # distinct messages cycled through (values and stamps differ per step)
+
+
+def _rclpy_like(msg: Any) -> Any:
+    """The same message with float64[] / float32[] as array.array, as rclpy's classes hold them."""
+    if isinstance(msg, np.ndarray):
+        return array.array("f" if msg.dtype == np.float32 else "d", msg.tobytes())
+    if hasattr(msg, "__dataclass_fields__"):
+        return SimpleNamespace(**{k: _rclpy_like(getattr(msg, k)) for k in msg.__dataclass_fields__})
+    if isinstance(msg, list):
+        return [_rclpy_like(m) for m in msg]
+    return msg
+
+
+def build_messages(robot: Robot, factory: MessageFactory, rclpy_like: bool, seed: int = 0) -> dict[str, list]:
+    rng = np.random.default_rng(seed)
+    n = len(robot.joint_names)
+    names = [*robot.joint_names, "lidar_spin"]
+    order = rng.permutation(len(names))
+    joint_states, odometry = [], []
+    for i in range(POOL):
+        t = i * 0.0025
+        pos = np.append(robot.default_positions + rng.normal(0, 0.02, n), 0.0)
+        vel = np.append(rng.normal(0, 0.5, n), 3.0)
+        eff = np.append(rng.normal(0, 10.0, n), 0.0)
+        joint_states.append(
+            joint_state_msg(factory, [names[k] for k in order], pos[order], vel[order], eff[order], stamp=t)
+        )
+        yaw = 0.3 * math.sin(0.1 * i)
+        quat = (0.0, 0.0, math.sin(yaw / 2), math.cos(yaw / 2))
+        odometry.append(
+            odometry_msg(factory, (0.01 * i, 0.02 * i, 0.55), quat, (0.5, 0.0, 0.0), (0.0, 0.0, 0.1), stamp=t)
+        )
+    x = np.arange(MAP_CELLS) * MAP_RESOLUTION
+    heights = (0.05 * np.sin(x)[:, None] + 0.03 * np.cos(1.7 * x)[None, :]).astype(np.float32)
+    maps = [
+        grid_map_msg(
+            factory,
+            {"elevation": heights + 0.01 * k},
+            MAP_RESOLUTION,
+            (0.0, 0.0),
+            stamp=0.0,
+            outer_start=37 + k,
+            inner_start=101,
+        )
+        for k in range(2)
+    ]
+    command = [twist_msg(factory, 0.8, 0.1, 0.2)]
+    msgs = {"joint_states": joint_states, "odometry": odometry, "maps": maps, "command": command}
+    if rclpy_like:
+        msgs = {k: [_rclpy_like(m) for m in v] for k, v in msgs.items()}
+    return msgs
+
+
+def percentiles(samples_ns: np.ndarray) -> dict[str, float]:
+    us = samples_ns / 1e3
+    return {
+        "p50_us": float(np.percentile(us, 50)),
+        "p99_us": float(np.percentile(us, 99)),
+        "mean_us": float(us.mean()),
+        "max_us": float(us.max()),
+    }
+
+
+def run(steps: int, rclpy_like: bool, progress: bool = True) -> dict[str, Any]:
+    robot = load_robot()
+    factory = MessageFactory.from_typestore(get_typestore(Stores.ROS2_HUMBLE))
+    msgs = build_messages(robot, factory, rclpy_like)
+    with tempfile.TemporaryDirectory() as tmp:
+        path = write_onnx_policy(Path(tmp) / "policy.onnx", policy_contract_for(robot))
+        policy = PolicyRunner.load(path, robot)
+    # the map's stamp does not advance in this loop: its age is checked against arrival only
+    core = ControllerCore(robot, policy, ControllerConfig(stand_up_duration=0.0, height_map_stamp_max_age=0.0))
+    js, odom, maps = msgs["joint_states"], msgs["odometry"], msgs["maps"]
+    dt = robot.rates.policy_dt
+    t = 0.0
+    core.on_joint_state(js[0], t)
+    core.on_odometry(odom[0], t)
+    core.on_grid_map(maps[0], t)
+    core.on_command(msgs["command"][0], t)
+    ok, why = core.start(t)
+    if not ok:
+        raise RuntimeError(why)
+
+    def one_step(i: int) -> None:
+        core.on_joint_state(js[i % POOL], t)
+        core.on_odometry(odom[i % POOL], t)
+        core.on_grid_map(maps[(i // 5) % 2], t)  # a new map every 5th step (10 Hz at 50 Hz)
+        core.step(t)
+
+    for i in range(200):  # warm-up: stand-up, then POLICY
+        t += dt
+        core.on_command(msgs["command"][0], t)
+        one_step(i)
+    if core.state is not ControllerState.POLICY:
+        raise RuntimeError(f"controller not in POLICY after warm-up: {core.state} ({core.fault})")
+
+    samples = np.empty(steps, dtype=np.int64)
+    clock = time.perf_counter_ns
+    report_every = max(steps // 10, 1)
+    for i in range(steps):
+        t += dt
+        if i % 20 == 0:
+            core.on_command(msgs["command"][0], t)
+        start = clock()
+        one_step(i)
+        samples[i] = clock() - start
+        if progress and (i + 1) % report_every == 0:
+            print(f"  {i + 1}/{steps} steps", flush=True)
+    if core.state is not ControllerState.POLICY:
+        raise RuntimeError(f"controller left POLICY during the benchmark: {core.fault}")
+
+    # baseline: inference alone on the observation the core built
+    obs = core.builder.observation.copy()
+    out = np.empty(policy.num_actions, dtype=np.float32)
+    baseline = np.empty(steps, dtype=np.int64)
+    for i in range(steps):
+        start = clock()
+        policy(obs, out=out)
+        baseline[i] = clock() - start
+
+    step_stats, inference = percentiles(samples), percentiles(baseline)
+    return {
+        **step_stats,
+        "inference_p50_us": inference["p50_us"],
+        "inference_p99_us": inference["p99_us"],
+        "step_over_inference_p50": step_stats["p50_us"] / inference["p50_us"],
+        "goal_p99_us": GOAL_P99_US,
+        "meets_goal": step_stats["p99_us"] <= GOAL_P99_US,
+        "steps": steps,
+        "messages": "rclpy-like (array.array)" if rclpy_like else "rosbags classes (numpy)",
+        "map_cells": f"{MAP_CELLS}x{MAP_CELLS}",
+        "scan_points": robot.height_scan.num_points,
+        "loadavg_1min": os.getloadavg()[0],
+    }
+
+
+def main(argv: list[str] | None = None) -> int:
+    parser = argparse.ArgumentParser(
+        description=__doc__.split("\n\n")[0], formatter_class=argparse.RawTextHelpFormatter
+    )
+    parser.add_argument("--json", action="store_true", help="last stdout line: one JSON object with the figures")
+    parser.add_argument("--quick", action="store_true", help="2,000 steps instead of 10,000 (well under a minute)")
+    parser.add_argument("--steps", type=int, default=None, help="number of timed steps (default 10,000)")
+    parser.add_argument("--rclpy-like", action="store_true", help="messages with array.array sequences, as from rclpy")
+    args = parser.parse_args(argv)
+    steps = args.steps or (2_000 if args.quick else 10_000)
+    if steps < 100:
+        parser.error("--steps must be at least 100 (p99 needs samples)")
+    result = run(steps, args.rclpy_like, progress=not args.json)
+    print(
+        f"controller step ({result['messages']}, {steps} steps): p50 {result['p50_us']:.1f} us, "
+        f"p99 {result['p99_us']:.1f} us, max {result['max_us']:.0f} us (goal p99 <= {GOAL_P99_US:.0f} us: "
+        f"{'met' if result['meets_goal'] else 'NOT met'}); ONNX inference alone p50 {result['inference_p50_us']:.1f} "
+        f"us, p99 {result['inference_p99_us']:.1f} us; load {result['loadavg_1min']:.2f}"
+    )
+    if args.json:
+        print(json.dumps(result))
+    return 0
+
+
+if __name__ == "__main__":
+    raise SystemExit(main())
