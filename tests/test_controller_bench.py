@@ -1,0 +1,21 @@
+"""bench.controller_step runs and reports the keys the issue names (no timing asserted)."""
+
+from __future__ import annotations
+
+import json
+
+from bench import controller_step
+
+
+def test_bench_reports_p50_p99_and_its_baseline(capsys):
+    assert controller_step.main(["--steps", "100", "--json"]) == 0
+    result = json.loads(capsys.readouterr().out.strip().splitlines()[-1])
+    assert {"p50_us", "p99_us", "inference_p50_us", "inference_p99_us", "meets_goal"} <= set(result)
+    assert 0 < result["p50_us"] <= result["p99_us"] <= result["max_us"]
+    assert result["steps"] == 100 and result["scan_points"] == 187 and result["map_cells"] == "200x200"
+
+
+def test_bench_rclpy_like_messages_convert_alike(capsys):
+    assert controller_step.main(["--steps", "100", "--json", "--rclpy-like"]) == 0
+    result = json.loads(capsys.readouterr().out.strip().splitlines()[-1])
+    assert result["messages"].startswith("rclpy-like")
