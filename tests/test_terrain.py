@@ -219,3 +219,20 @@ def test_curriculum_spreads_types_and_caps_initial_level():
     cur = TerrainCurriculum(terrain, num_envs=70, max_init_level=2)
     assert int(cur.levels.max()) <= 2
     assert sorted(set(cur.types.tolist())) == list(range(terrain.num_cols))
+
+
+def test_trimesh_is_the_same_surface(rough):
+    """The mesh handed to mesh-based simulators (Isaac Gym) interpolates like MuJoCo's field."""
+    terrain, model, _ = rough
+    vertices, triangles = terrain.trimesh()
+    nx, ny = terrain.heights.shape
+    assert vertices.shape == (nx * ny, 3) and triangles.shape == (2 * (nx - 1) * (ny - 1), 3)
+    np.testing.assert_allclose(vertices[:, 2], terrain.heights.ravel(), atol=1e-6)
+    a, b, c = (vertices[triangles[:, k]].astype(np.float64) for k in range(3))
+    normals = np.cross(b - a, c - a)
+    assert (normals[:, 2] > 0).all()  # every triangle faces up
+    # Height at each triangle's centroid equals the MuJoCo-consistent lookup there.
+    sampler = HeightSampler.from_model(model)
+    pick = np.random.default_rng(1).choice(len(triangles), 500, replace=False)
+    centroid = (a[pick] + b[pick] + c[pick]) / 3.0
+    np.testing.assert_allclose(sampler(torch.tensor(centroid[:, :2])).numpy(), centroid[:, 2], atol=1e-5)

@@ -237,6 +237,20 @@ class Terrain:
         origin = np.array([[[x0 + ci * scale, y0 + cj * scale, heights[ci, cj]]]])
         return cls(heights, x0, y0, scale, origin, ["custom"], float(max(heights.shape) * scale))
 
+    def trimesh(self) -> tuple[np.ndarray, np.ndarray]:
+        """The height field as triangles, split the way MuJoCo splits its cells (along the
+        (i, j)-(i+1, j+1) diagonal), so a mesh-based simulator (Isaac Gym) collides with the same
+        surface. Returns vertices [nx*ny, 3] (index i*ny + j) and triangles [2(nx-1)(ny-1), 3]."""
+        nx, ny = self.heights.shape
+        gx, gy = np.meshgrid(self.x0 + self.scale * np.arange(nx), self.y0 + self.scale * np.arange(ny), indexing="ij")
+        vertices = np.stack([gx.ravel(), gy.ravel(), self.heights.ravel()], axis=1).astype(np.float32)
+        i, j = np.meshgrid(np.arange(nx - 1), np.arange(ny - 1), indexing="ij")
+        v00 = (i * ny + j).ravel()
+        v10, v01, v11 = v00 + ny, v00 + 1, v00 + ny + 1
+        # Counter-clockwise seen from above (normals up): (00, 10, 11) and (00, 11, 01).
+        triangles = np.concatenate([np.stack([v00, v10, v11], 1), np.stack([v00, v11, v01], 1)]).astype(np.uint32)
+        return vertices, triangles
+
     @property
     def half_extent(self) -> tuple[float, float]:
         nx, ny = self.heights.shape
