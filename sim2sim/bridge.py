@@ -139,9 +139,10 @@ class SimBridge:
         return self.hardware.on_joint_command(msg, self.hardware.time)
 
     def tick(self) -> None:
-        """One control period of simulation: per physics step, clock, sensors, script, then the step."""
+        """One control period of simulation; per physics step: step, then clock, sensors and script."""
         hw = self.hardware
         for _ in range(self.steps_per_tick):
+            hw.step()
             stamp = hw.stamp
             if self.config.publish_clock:
                 clock = self.factory.new("rosgraph_msgs/msg/Clock", clock=self.factory.time(stamp))
@@ -150,4 +151,3 @@ class SimBridge:
             if self.schedule is not None and hw.step_count % self._cmd_every == 0:
                 command = self.schedule.command_at(hw.time - self.config.commands_delay)
                 self.publish(self.config.topics.cmd_vel, twist_msg(self.factory, *command), stamp)
-            hw.step()

@@ -283,7 +283,8 @@ class SimHardware:
         return self.map.message(self.factory, float(x), float(y), self.stamp, self.config.odom_frame)
 
     def publish_sensors(self) -> None:
-        """Publish what is due at the current step: JointState always, Odometry and GridMap at their rates."""
+        """Publish what is due at the current step (call after :meth:`step`): JointState always, Odometry and
+        GridMap when the step count is a multiple of their periods."""
         t, topics = self.stamp, self.topics
         self.publish(topics.joint_states, self.joint_state_message(), t)
         if self.step_count % self._odometry_every == 0:

@@ -2,14 +2,17 @@
 
 One loop over physics steps plays what happens on the robot, in order, at each step:
 
-1. the hardware publishes its sensor messages (JointState every step, Odometry and GridMap at their
-   rates) and a scripted operator publishes geometry_msgs/Twist on ``/cmd_vel``;
+1. the hardware applies the latest joint command, advances one physics step and publishes the state
+   it reached (JointState every step, Odometry and GridMap at their rates; the first at one step
+   after 0, as a sensor reports after measuring); a scripted operator publishes geometry_msgs/Twist
+   on ``/cmd_vel``;
 2. every control period, the controller does what the controller node does with ``auto_start``:
    ``~/start`` once fresh joint states are in (ZERO_TORQUE -> STAND_UP -> POLICY; never restarted
    after a fault), ``core.step(now)`` gives the joint command, published as sensor_msgs/JointState
    on ``/joint_commands``, and the node's diagnostics go to ``/diagnostics`` (10 Hz and at every
-   state change here, for the replay's phase split; the node's default is 1 Hz);
-3. the hardware applies the latest joint command and advances one physics step.
+   state change here, for the replay's phase split; the node's default is 1 Hz).
+
+Until the first joint command the drives damp (the hardware's fail-safe).
 
 "Publishing" delivers the message object to its subscribers at once (the controller core's
 ``on_*`` callbacks, the hardware's command input) and to the bag recorder, so the bag holds
@@ -331,8 +334,9 @@ def run(
         if recorder is not None:
             recorder.open()
             bus.tap(recorder.write)
-        for k in range(total_steps):
-            t = hardware.time
+        for _ in range(total_steps):
+            hardware.step()  # applies the latest joint command
+            k, t = hardware.step_count, hardware.time
             hardware.publish_sensors()
             if k % cmd_every == 0:
                 script_time = t - policy_start if policy_start is not None else -1.0
@@ -359,7 +363,6 @@ def run(
                 if bar is not None and k % (control_every * 25) == 0:
                     bar.n = round(t, 3)
                     bar.refresh()
-            hardware.step()
         for event in monitor.finish():
             _keep_worst(worst_events, event)
         if recorder is not None:

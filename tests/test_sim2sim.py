@@ -143,7 +143,7 @@ def test_ten_seconds_recorded_bag_reads_back_with_expected_topics_and_counts(exp
         if not states or states[-1] != state:
             states.append(state)
     assert states == ["STAND_UP", "POLICY"]
-    assert result.policy_start == pytest.approx(2.0)
+    assert result.policy_start == pytest.approx(0.02 + 2.0)  # first control period, then the stand-up
     assert [s.name for s in result.segments] == ["forward", "sideways", "turning", "stop"]
     assert all(s.samples > 0 for s in result.segments)
     assert result.violations["samples"] == 4000 and result.violations["policy_steps"] == 500

@@ -34,7 +34,7 @@ def test_tick_publishes_one_control_period_of_sensors_clock_and_script():
     assert topics.count("/joint_states") == 80 and topics.count(CLOCK_TOPIC) == 80
     assert topics.count("/odometry") == 20 and topics.count("/elevation_map") == 2 and topics.count("/cmd_vel") == 10
     clocks = [m.clock.sec + m.clock.nanosec * 1e-9 for topic, m, _ in sent if topic == CLOCK_TOPIC]
-    np.testing.assert_allclose(clocks, np.arange(80) / 400.0, atol=1e-9)
+    np.testing.assert_allclose(clocks, np.arange(1, 81) / 400.0, atol=1e-9)  # states after each step
     twists = [(t, m.linear.x) for topic, m, t in sent if topic == "/cmd_vel"]
     assert [vx for t, vx in twists] == [0.0 if t < 0.1 else 0.7 for t, _ in twists] and twists[-1][1] == 0.7
     assert bridge.time == pytest.approx(0.2)
@@ -101,7 +101,7 @@ def test_without_a_clock_messages_are_stamped_from_the_given_offset():
     bridge.hardware.stamp_offset = 1_700_000_000.25
     bridge.tick()
     stamps = [m.header.stamp.sec + m.header.stamp.nanosec * 1e-9 for topic, m, _ in sent if topic == "/joint_states"]
-    np.testing.assert_allclose(np.array(stamps) - 1_700_000_000.25, np.arange(8) / 400.0, atol=1e-6)
+    np.testing.assert_allclose(np.array(stamps) - 1_700_000_000.25, np.arange(1, 9) / 400.0, atol=1e-6)
     assert CLOCK_TOPIC not in {topic for topic, _, _ in sent}
 
 
