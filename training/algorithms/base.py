@@ -310,7 +310,7 @@ class ConstrainedPPO:
         for epoch, m, idx in minibatch_indices(prep.batch.size, cfg.num_minibatches, cfg.num_epochs, generator):
             loss, terms = self.minibatch_loss(prep, idx.to(self.device), adapt_lr=True)
             if not torch.isfinite(loss):
-                bad = {k: float(v) for k, v in terms.items()}
+                bad = {k: float(v.detach()) for k, v in terms.items()}
                 raise NonFiniteLossError(
                     f"non-finite loss at iteration {iteration}, minibatch {m} of epoch {epoch} ({bad}); "
                     "the step was not applied"
