@@ -205,20 +205,13 @@ class ControllerCore:
         self.joint_names = robot.joint_names
         self._legs = np.array([j.kind == "leg" for j in robot.joints])
 
-        # action i drives joint action_joint[i]; position or velocity target
+        # action i drives joint i: check_fits_robot refuses any other joint order
         self._action_joint = robot.index_of(contract.joint_names)
-        is_pos = np.array([a.mode == "position" for a in contract.actions])
-        self._pos_actions, self._vel_actions = np.flatnonzero(is_pos), np.flatnonzero(~is_pos)
-        self._pos_joints, self._vel_joints = self._action_joint[is_pos], self._action_joint[~is_pos]
-        self._pos_mask, self._vel_mask = np.zeros(n, dtype=bool), np.zeros(n, dtype=bool)
-        self._pos_mask[self._pos_joints] = True
-        self._vel_mask[self._vel_joints] = True
-        self._undriven_mask = ~(self._pos_mask | self._vel_mask)
-        self._any_undriven = bool(self._undriven_mask.any())
-        self._pos_buf, self._vel_buf = np.zeros(len(self._pos_joints)), np.zeros(len(self._vel_joints))
+        if not np.array_equal(self._action_joint, np.arange(n)):
+            raise ValueError(f"policy actions {contract.joint_names} are not in the robot's joint order")
+        self._pos_mask = np.array([a.mode == "position" for a in contract.actions])
         self._action_scale = contract.action_scales
         self._action_offset = contract.action_offsets
-        self._action_low, self._action_high = contract.action_low, contract.action_high
         self._action_clip = contract.action_clip
         self.ranges = self._command_ranges()
 
@@ -320,7 +313,8 @@ class ControllerCore:
         dev = self._deviation
         np.subtract(reader.values[:2], self._meas_center, out=dev)
         np.abs(dev, out=dev)
-        if not np.less_equal(dev, self._meas_half, out=self._meas_ok).all():
+        np.less_equal(dev, self._meas_half, out=self._meas_ok)
+        if np.count_nonzero(self._meas_ok) != self._meas_ok.size:  # count_nonzero: cheaper than .all()
             return self._refuse("joint_states", self._joint_problem(pos, vel))
         np.copyto(self._measured_position, pos)
         np.copyto(self._measured_velocity, vel)
@@ -528,30 +522,23 @@ class ControllerCore:
             np.copyto(a, actions)
         except (ValueError, TypeError):
             return f"policy: returned shape {np.shape(actions)}, expected ({len(a)},)"
-        if not np.isfinite(a, out=self._finite_actions).all():
+        np.isfinite(a, out=self._finite_actions)
+        if np.count_nonzero(self._finite_actions) != len(a):
             return "policy: non-finite action"
         if self._action_clip is not None:
             np.maximum(a, -self._action_clip, out=a)
             np.minimum(a, self._action_clip, out=a)
         np.copyto(inputs.last_action, a)
+        # offset + scale * action; the clip to [low, high] is step()'s final clip, whose ranges are
+        # the intersection of the action ranges with the joint limits
         t = self._targets
         np.multiply(a, self._action_scale, out=t)
         np.add(t, self._action_offset, out=t)
-        np.maximum(t, self._action_low, out=t)
-        np.minimum(t, self._action_high, out=t)
-
-        cmd = self.command
-        # scatter without temporaries: position targets of legs, velocity targets of wheels
-        t.take(self._pos_actions, out=self._pos_buf, mode="clip")
-        cmd.position.put(self._pos_joints, self._pos_buf)
-        t.take(self._vel_actions, out=self._vel_buf, mode="clip")
-        cmd.velocity.put(self._vel_joints, self._vel_buf)
-        np.copyto(cmd.velocity, 0.0, where=self._pos_mask)
-        np.copyto(cmd.position, self._measured_position, where=self._vel_mask)
-        if self._any_undriven:  # joints no action drives: legs hold the default pose, wheels stop
-            np.copyto(cmd.position, self.robot.default_positions, where=self._undriven_mask & self._legs)
-            np.copyto(cmd.position, self._measured_position, where=self._undriven_mask & ~self._legs)
-            np.copyto(cmd.velocity, 0.0, where=self._undriven_mask)
+        cmd = self.command  # action i drives joint i (check_fits_robot ensures the order)
+        np.copyto(cmd.position, self._measured_position)  # wheels: no position target
+        np.copyto(cmd.position, t, where=self._pos_mask)
+        np.copyto(cmd.velocity, t)
+        np.copyto(cmd.velocity, 0.0, where=self._pos_mask)  # legs: velocity target 0 (PD damping)
         self._set_gains()
         self.policy_steps += 1
         return None
