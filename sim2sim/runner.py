@@ -338,6 +338,8 @@ def run(
             hardware.step()  # applies the latest joint command
             k, t = hardware.step_count, hardware.time
             hardware.publish_sensors()
+            if k == 1:  # the controller node is up before the robot's first state: its first diagnostics
+                bus.publish(topics.diagnostics, diagnostics_msg(factory, core, loop, t), t)
             if k % cmd_every == 0:
                 script_time = t - policy_start if policy_start is not None else -1.0
                 bus.publish(topics.cmd_vel, twist_msg(factory, *schedule.command_at(script_time)), t)
