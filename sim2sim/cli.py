@@ -24,7 +24,16 @@ grid_map_msgs/GridMap of the terrain, geometry_msgs/Twist commands from a script
 controller core of aow_policy consumes them exactly as the controller node does (ZERO_TORQUE ->
 STAND_UP -> POLICY, watchdog, clipping) and its joint commands (/joint_commands) drive the
 simulated joints. No ROS installation is needed. Prints the command tracking error per segment,
-falls and joint-limit violations; --record writes everything to a rosbag2 with the robot's topics."""
+falls and joint-limit violations; --record writes everything to a rosbag2 with the robot's topics.
+
+Bag topics: /joint_states and /joint_commands (sensor_msgs/JointState), /odometry (nav_msgs/Odometry,
+twist in the base frame), /elevation_map (grid_map_msgs/GridMap, layer 'elevation', 3 m square around
+the robot, column-major, moving circular buffer), /cmd_vel (geometry_msgs/Twist), /diagnostics
+(diagnostic_msgs/DiagnosticArray, key 'state'). Stamps are simulation time (s from the start).
+Tracking error: mean |command - base velocity| (vx, vy in the base frame, yaw rate) over the control
+periods spent in POLICY in each segment; 'settled' leaves out each segment's first --settle seconds.
+A fall: base lower than --fall-height above the ground, tilted beyond --fall-tilt, or touching it.
+Python: sim2sim.run(policy, duration, commands, record, **settings) -> Sim2SimResult."""
 
 
 def build_parser() -> argparse.ArgumentParser:
