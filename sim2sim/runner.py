@@ -285,7 +285,7 @@ def run(
     diag_every = steps_between(hw_cfg.physics_hz, cfg.diagnostics_hz, "diagnostics_hz")
     total_steps = round(cfg.duration * hw_cfg.physics_hz)
     policy_dt = robot.rates.policy_dt
-    # The script starts when the controller enters POLICY, one control period after stand-up ends.
+    # The script starts when the controller enters POLICY: the first control period plus the stand-up.
     length = cfg.duration - cfg.stand_up - policy_dt
     if commands is None and length <= 0:
         raise ValueError(
