@@ -1,0 +1,83 @@
+"""aow-compare: the Table II aggregation by hand, and a tiny end-to-end comparison."""
+
+from __future__ import annotations
+
+import json
+from pathlib import Path
+
+import pytest
+import torch
+
+from training.compare import main, markdown_table, run_dir_for, summarize
+
+
+@pytest.fixture(autouse=True)
+def one_thread():
+    threads = torch.get_num_threads()
+    torch.set_num_threads(1)
+    yield
+    torch.set_num_threads(threads)
+
+
+def _fake_run(out: Path, algo: str, seed: int, rewards: list[float], violations: list[float]) -> None:
+    d = run_dir_for(out, algo, seed)
+    d.mkdir(parents=True)
+    lines = [
+        json.dumps({"iteration": i, "mean_reward": r, "violations_per_episode": v})
+        for i, (r, v) in enumerate(zip(rewards, violations, strict=True))
+    ]
+    (d / "metrics.jsonl").write_text("\n".join(lines) + "\n")
+
+
+def test_table_is_mean_and_std_over_seeds_of_the_final_window(tmp_path):
+    # 10 iterations each; the final window (last 10% = 1 iteration, or 2 when asked) is averaged.
+    _fake_run(tmp_path, "ppo", 0, [0.0] * 9 + [24.0], [9.0] * 9 + [500.0])
+    _fake_run(tmp_path, "ppo", 1, [0.0] * 9 + [26.0], [9.0] * 9 + [560.0])
+    _fake_run(tmp_path, "np3o", 0, [0.0] * 8 + [22.0, 24.0], [9.0] * 8 + [1.0, 0.0])
+    _fake_run(tmp_path, "np3o", 1, [0.0] * 8 + [24.0, 26.0], [9.0] * 8 + [0.0, 0.0])
+    s = summarize(tmp_path, ["ppo", "np3o"], [0, 1])
+    assert s["algorithms"]["ppo"]["reward"] == pytest.approx([25.0, 2**0.5])  # mean, sample std of (24, 26)
+    assert s["algorithms"]["ppo"]["violations"] == pytest.approx([530.0, 60 / 2**0.5])
+    s2 = summarize(tmp_path, ["ppo", "np3o"], [0, 1], window=2)
+    assert s2["runs"]["np3o_s0"]["reward"] == 23.0 and s2["runs"]["np3o_s1"]["reward"] == 25.0
+    assert s2["algorithms"]["np3o"]["violations"] == pytest.approx([0.25, 0.25 * 2**0.5])
+    table = markdown_table(s2, ["ppo", "np3o"])
+    assert "| Algorithm | Reward | Violations per episode |" in table
+    assert "| N-P3O | 24.00 (± 1.41) | 0.25 (± 0.35) |" in table
+    assert "| PPO (unconstrained) |" in table
+    assert "over 2 seed(s)" in table
+
+
+def test_compare_end_to_end_and_reuse(tmp_path, capsys):
+    out = tmp_path / "cmp"
+    argv = [
+        "--task", "toy_speed_limit", "--algos", "ppo,np3o", "--seeds", "2", "--iterations", "2", "--out", str(out),
+        "--num-envs", "8", "--steps-per-env", "8", "--threads", "1",
+        "--set", "network.actor_hidden=[16,16]", "--set", "network.critic_hidden=[16,16]",
+        "--set", "network.cost_critic_hidden=[16]", "--set", "ppo.num_epochs=1",
+        "--algo-set", "np3o:kappa_max=2.0",
+    ]  # fmt: skip
+    assert main(argv) == 0
+    table = (out / "table.md").read_text()
+    assert "| PPO (unconstrained) |" in table and "| N-P3O |" in table
+    for name in ("reward.png", "violations.png"):
+        assert (out / name).read_bytes()[:8] == b"\x89PNG\r\n\x1a\n"
+    results = json.loads((out / "results.json").read_text())
+    assert set(results["runs"]) == {"ppo_s0", "ppo_s1", "np3o_s0", "np3o_s1"}
+    ckpt = torch.load(out / "runs" / "np3o_s1" / "model_2.pt", weights_only=True)
+    assert ckpt["config"]["seed"] == 1 and ckpt["config"]["algo_params"]["kappa_max"] == 2.0
+    # Running the same command again reuses the finished runs (nothing is retrained).
+    before = (out / "runs" / "ppo_s0" / "model_2.pt").stat().st_mtime_ns
+    assert main(argv) == 0
+    assert (out / "runs" / "ppo_s0" / "model_2.pt").stat().st_mtime_ns == before
+
+
+def test_compare_refuses_bad_arguments(tmp_path, capsys):
+    base = ["--task", "toy_speed_limit", "--iterations", "1", "--out", str(tmp_path / "o")]
+    assert main([*base, "--algos", "ppo,sac"]) == 2
+    assert "unknown ['sac']" in capsys.readouterr().err
+    assert main([*base, "--set", "algo_params.kappa_max=2"]) == 2
+    assert "--algo-set" in capsys.readouterr().err
+    assert main([*base, "--set", "ppo.clip_param=3"]) == 2
+    assert "ppo.clip_param" in capsys.readouterr().err
+    assert not (tmp_path / "o").exists()

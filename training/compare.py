@@ -1,0 +1,295 @@
+"""``aow-compare``: run several algorithms over several seeds and tabulate them like Table II.
+
+    aow-compare --task anymal_flat_speed_limit --algos ppo,p3o,np3o,ppo_lag,nipo,crpo,focops \\
+        --seeds 3 --iterations 1500 --out runs/compare
+
+Each (algorithm, seed) trains in ``OUT/runs/<algo>_s<seed>`` with the same config apart from the
+algorithm and seed; a run already finished there is reused and an interrupted one is resumed,
+so a comparison can be continued by running the same command again. Results:
+
+- ``OUT/table.md``: final reward and violations per episode, mean (± standard deviation over
+  seeds), one row per algorithm, as the paper's Table II. "Final" = the mean over the last
+  ``--final-window`` iterations of each run (default: the last 10%).
+- ``OUT/reward.png``, ``OUT/violations.png``: learning curves against iterations, one line per
+  algorithm (mean over seeds, shaded ± one standard deviation).
+- ``OUT/results.json``: the same numbers per run and per algorithm.
+"""
+
+from __future__ import annotations
+
+import argparse
+import json
+import math
+import os
+import sys
+import tempfile
+from concurrent.futures import ProcessPoolExecutor
+from pathlib import Path
+from typing import Any
+
+import numpy as np
+
+from training.algorithms import ALGORITHMS
+from training.config import ConfigError, TrainConfig, apply_override
+
+DISPLAY_NAMES = {
+    "ppo": "PPO (unconstrained)",
+    "p3o": "P3O",
+    "np3o": "N-P3O",
+    "ppo_lag": "PPO-Lagrangian",
+    "nipo": "N-IPO",
+    "crpo": "CRPO",
+    "focops": "FOCOPS",
+}
+METRICS = {"reward": "mean_reward", "violations": "violations_per_episode"}
+
+
+def run_dir_for(out: Path, algo: str, seed: int) -> Path:
+    return out / "runs" / f"{algo}_s{seed}"
+
+
+def _atomic_write(path: Path, data: bytes) -> None:
+    fd, tmp = tempfile.mkstemp(prefix=f".{path.name}.", suffix=".tmp", dir=path.parent)
+    try:
+        with os.fdopen(fd, "wb") as f:
+            f.write(data)
+        os.replace(tmp, path)
+    except BaseException:
+        Path(tmp).unlink(missing_ok=True)
+        raise
+
+
+def train_one(cfg_dict: dict[str, Any], run_dir: str, threads: int | None) -> str:
+    """Train (or finish) one run; returns its directory. Runs in a worker process with --jobs."""
+    import torch
+
+    from training.runner import Runner
+
+    if threads:
+        torch.set_num_threads(threads)
+    cfg = TrainConfig.from_dict(cfg_dict)
+    path = Path(run_dir)
+    resume = any(path.glob("model_*.pt"))
+    runner = Runner(cfg, path, resume=resume, progress=False)
+    if runner.iteration < cfg.iterations:
+        runner.learn()
+    return run_dir
+
+
+def read_metrics(run_dir: Path) -> list[dict[str, float]]:
+    path = run_dir / "metrics.jsonl"
+    if not path.is_file():
+        raise FileNotFoundError(f"{run_dir}: no metrics.jsonl (did the run start?)")
+    return [json.loads(line) for line in path.read_text().splitlines() if line.strip()]
+
+
+def final_value(records: list[dict[str, float]], key: str, window: int) -> float:
+    values = [r[key] for r in records[-window:] if key in r and math.isfinite(r[key])]
+    return float(np.mean(values)) if values else float("nan")
+
+
+def _mean_std(values: list[float]) -> tuple[float, float]:
+    arr = np.asarray([v for v in values if math.isfinite(v)], dtype=float)
+    if arr.size == 0:
+        return float("nan"), float("nan")
+    return float(arr.mean()), float(arr.std(ddof=1)) if arr.size > 1 else 0.0
+
+
+def summarize(out: Path, algos: list[str], seeds: list[int], window: int | None = None) -> dict[str, Any]:
+    """Per-run final values and per-algorithm mean and standard deviation over seeds."""
+    runs: dict[str, dict[str, Any]] = {}
+    table: dict[str, dict[str, list[float]]] = {}
+    for algo in algos:
+        table[algo] = {}
+        finals: dict[str, list[float]] = {name: [] for name in METRICS}
+        for seed in seeds:
+            records = read_metrics(run_dir_for(out, algo, seed))
+            w = window or max(1, len(records) // 10)
+            entry = {name: final_value(records, key, w) for name, key in METRICS.items()}
+            entry["iterations"] = len(records)
+            runs[f"{algo}_s{seed}"] = entry
+            for name in METRICS:
+                finals[name].append(entry[name])
+        for name, values in finals.items():
+            table[algo][name] = list(_mean_std(values))
+    return {"runs": runs, "algorithms": table, "seeds": seeds}
+
+
+def _cell(mean: float, std: float) -> str:
+    return "n/a" if not math.isfinite(mean) else f"{mean:.2f} (± {std:.2f})"
+
+
+def markdown_table(summary: dict[str, Any], algos: list[str]) -> str:
+    n = len(summary["seeds"])
+    lines = [
+        "| Algorithm | Reward | Violations per episode |",
+        "|---|---|---|",
+    ]
+    for algo in algos:
+        row = summary["algorithms"][algo]
+        lines.append(f"| {DISPLAY_NAMES.get(algo, algo)} | {_cell(*row['reward'])} | {_cell(*row['violations'])} |")
+    lines.append("")
+    lines.append(f"Mean (± standard deviation) over {n} seed(s) of each run's final iterations.")
+    return "\n".join(lines) + "\n"
+
+
+def plot_curves(out: Path, algos: list[str], seeds: list[int]) -> list[Path]:
+    import matplotlib
+
+    matplotlib.use("Agg")
+    import matplotlib.pyplot as plt
+
+    paths = []
+    for name, key in METRICS.items():
+        fig, ax = plt.subplots(figsize=(7, 4.5))
+        for algo in algos:
+            curves = []
+            for seed in seeds:
+                records = read_metrics(run_dir_for(out, algo, seed))
+                curves.append([r.get(key, float("nan")) for r in records])
+            length = min(len(c) for c in curves)
+            data = np.asarray([c[:length] for c in curves], dtype=float)
+            with np.errstate(all="ignore"):
+                mean = np.nanmean(data, axis=0)
+                std = np.nanstd(data, axis=0)
+            x = np.arange(length)
+            ax.plot(x, mean, label=DISPLAY_NAMES.get(algo, algo))
+            ax.fill_between(x, mean - std, mean + std, alpha=0.2)
+        ax.set_xlabel("iteration")
+        ax.set_ylabel("episode reward" if name == "reward" else "violations per episode")
+        ax.set_title(f"{'Reward' if name == 'reward' else 'Constraint violations'} ({len(seeds)} seed(s))")
+        ax.grid(alpha=0.3)
+        ax.legend()
+        fig.tight_layout()
+        path = out / f"{name}.png"
+        fd, tmp = tempfile.mkstemp(prefix=f".{path.name}.", suffix=".png", dir=out)
+        os.close(fd)
+        try:
+            fig.savefig(tmp, dpi=120)
+            os.replace(tmp, path)
+        finally:
+            Path(tmp).unlink(missing_ok=True)
+            plt.close(fig)
+        paths.append(path)
+    return paths
+
+
+def build_parser() -> argparse.ArgumentParser:
+    p = argparse.ArgumentParser(
+        prog="aow-compare",
+        description="Train algorithms x seeds on one task; write a Table II-style markdown table and learning curves.",
+        formatter_class=argparse.RawDescriptionHelpFormatter,
+        epilog=__doc__.split("\n\n", 1)[1],
+    )
+    p.add_argument("--task", required=True, help="task name, as for aow-train")
+    p.add_argument("--algos", default=",".join(ALGORITHMS), help="comma-separated algorithms (default: all seven)")
+    p.add_argument("--seeds", type=int, default=3, help="number of seeds, 0..N-1 (default 3)")
+    p.add_argument("--iterations", type=int, required=True, help="learning iterations per run")
+    p.add_argument("--out", type=Path, required=True, help="output directory")
+    p.add_argument("--num-envs", type=int, help="environments per run (default: the config's)")
+    p.add_argument("--steps-per-env", type=int, help="rollout length per environment")
+    p.add_argument("--device", help="cpu or cuda")
+    p.add_argument("--config", type=Path, help="base YAML config (a TrainConfig)")
+    p.add_argument("--set", action="append", default=[], metavar="KEY=VALUE", help="config override (repeatable)")
+    p.add_argument(
+        "--env-override", action="append", default=[], metavar="KEY=VALUE", help="task override (repeatable)"
+    )
+    p.add_argument(
+        "--algo-set",
+        action="append",
+        default=[],
+        metavar="ALGO:KEY=VALUE",
+        help="parameter of one algorithm, e.g. ppo_lag:lambda_lr=0.05 (repeatable)",
+    )
+    p.add_argument("--final-window", type=int, help="iterations averaged for the final values (default: last 10%%)")
+    p.add_argument("--jobs", type=int, default=1, help="runs trained in parallel processes (default 1)")
+    p.add_argument("--threads", type=int, help="torch threads per run (default: torch's choice)")
+    return p
+
+
+def run_configs(args: argparse.Namespace, algos: list[str], seeds: list[int]) -> dict[tuple[str, int], dict[str, Any]]:
+    """Validated config of every run (before anything is trained)."""
+    from training.config import load_config_yaml
+    from training.runner import check_task
+
+    if any(a.startswith("algo_params.") for a in args.set):
+        raise ConfigError(
+            "--set algo_params.*: algorithm parameters differ per algorithm; use --algo-set ALGO:KEY=VALUE"
+        )
+    per_algo: dict[str, list[str]] = {}
+    for a in args.algo_set:
+        algo, sep, assignment = a.partition(":")
+        if not sep or algo not in ALGORITHMS:
+            raise ConfigError(f"--algo-set {a!r}: expected ALGO:KEY=VALUE with ALGO one of {sorted(ALGORITHMS)}")
+        per_algo.setdefault(algo, []).append(f"algo_params.{assignment}")
+    base = load_config_yaml(args.config).to_dict() if args.config else TrainConfig().to_dict()
+    base.update(task=args.task, iterations=args.iterations)
+    for flag, field in (("num_envs", "num_envs"), ("steps_per_env", "num_steps_per_env"), ("device", "device")):
+        if getattr(args, flag) is not None:
+            base[field] = getattr(args, flag)
+    for a in args.env_override:
+        apply_override(base.setdefault("env_overrides", {}), a)
+    configs = {}
+    for algo in algos:
+        data = {k: v for k, v in base.items() if k != "algo_params"}
+        data.update(algo=algo)
+        for a in [*args.set, *per_algo.get(algo, [])]:
+            apply_override(data, a)
+        for seed in seeds:
+            cfg = TrainConfig.from_dict({**data, "seed": seed})
+            cfg.validate()
+            configs[(algo, seed)] = cfg.to_dict()
+    check_task(args.task, base.get("env_overrides") or {})
+    return configs
+
+
+def main(argv: list[str] | None = None) -> int:
+    args = build_parser().parse_args(argv)
+    algos = [a.strip() for a in args.algos.split(",") if a.strip()]
+    unknown = [a for a in algos if a not in ALGORITHMS]
+    if unknown or not algos:
+        print(f"aow-compare: error: --algos: unknown {unknown} (known: {sorted(ALGORITHMS)})", file=sys.stderr)
+        return 2
+    if args.seeds < 1 or args.jobs < 1:
+        print("aow-compare: error: --seeds and --jobs must be at least 1", file=sys.stderr)
+        return 2
+    seeds = list(range(args.seeds))
+    try:
+        configs = run_configs(args, algos, seeds)
+    except ConfigError as e:
+        print(f"aow-compare: error: {e}", file=sys.stderr)
+        return 2
+    args.out.mkdir(parents=True, exist_ok=True)
+    from tqdm import tqdm
+
+    from training.runner import TrainingError
+
+    jobs = [(cfg, str(run_dir_for(args.out, algo, seed))) for (algo, seed), cfg in configs.items()]
+    try:
+        with tqdm(total=len(jobs), desc="aow-compare", unit="run") as bar:
+            if args.jobs == 1:
+                for cfg, run_dir in jobs:
+                    bar.set_postfix_str(Path(run_dir).name)
+                    train_one(cfg, run_dir, args.threads)
+                    bar.update(1)
+            else:
+                with ProcessPoolExecutor(max_workers=args.jobs) as pool:
+                    futures = [pool.submit(train_one, cfg, run_dir, args.threads) for cfg, run_dir in jobs]
+                    for future in futures:
+                        bar.set_postfix_str(Path(future.result()).name)
+                        bar.update(1)
+    except TrainingError as e:
+        print(f"aow-compare: error: {e}", file=sys.stderr)
+        return 1
+    summary = summarize(args.out, algos, seeds, args.final_window)
+    table = markdown_table(summary, algos)
+    _atomic_write(args.out / "table.md", table.encode())
+    _atomic_write(args.out / "results.json", (json.dumps(summary, indent=2) + "\n").encode())
+    plot_curves(args.out, algos, seeds)
+    print(table)
+    print(f"aow-compare: wrote {args.out / 'table.md'}, reward.png, violations.png, results.json")
+    return 0
+
+
+if __name__ == "__main__":
+    sys.exit(main())
