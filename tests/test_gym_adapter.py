@@ -99,3 +99,12 @@ def test_runner_trains_on_a_gymnasium_task(tmp_path):
     history = r.learn()
     assert len(history) == 2 and "cost_return/cost" in history[-1] and "kappa" in history[-1]
     assert (tmp_path / "model_2.pt").is_file()
+
+
+def test_unknown_gymnasium_task_is_refused_before_anything_runs():
+    from training.config import ConfigError
+    from training.runner import check_task
+
+    check_task("gym:AoWPointMassCost-v0")
+    with pytest.raises(ConfigError, match="Nope"):
+        check_task("gym:Nope-v9")

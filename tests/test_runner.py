@@ -303,3 +303,18 @@ def test_constrained_algorithms_keep_the_speed_limit(algo, seed):
 def test_ppo_breaks_the_speed_limit(seed):
     final, training = toy_run("ppo", seed)
     assert final >= PPO_AT_LEAST and training >= PPO_AT_LEAST, (final, training)
+
+
+def test_trains_on_the_locomotion_task(tmp_path):
+    """The real task of training.envs, through the same runner (tiny: 4 robots, 8 steps)."""
+    pytest.importorskip("training.envs")
+    from aow_policy.robot import load_robot
+
+    cfg = tiny_config("np3o", 1, task="aow_flat", num_envs=4)
+    r = Runner(cfg, tmp_path, progress=False, tensorboard=False)
+    history = r.learn()
+    ckpt = load_checkpoint(tmp_path / "model_1.pt")
+    assert ckpt["robot_contract_hash"] == load_robot().contract_hash
+    assert set(ckpt["cost_groups"]) == set(r.env.cost_groups) and len(r.model.cost_critics) == len(ckpt["cost_groups"])
+    assert ckpt["action_layout"]["joint_names"] == list(r.env.action_layout["joint_names"])
+    assert any(k.startswith("episode/violations/") for k in history[0]) or "cost_rate/joint_speed" in history[0]

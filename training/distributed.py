@@ -97,6 +97,8 @@ def init_distributed(device: str = "cpu") -> DistContext:
         return DistContext()
     rank = int(os.environ["RANK"])
     local_rank = int(os.environ.get("LOCAL_RANK", rank))
+    if device.startswith("cuda"):
+        torch.cuda.set_device(local_rank)  # NCCL collectives run on the current device
     if not dist.is_initialized():
         backend = "nccl" if device.startswith("cuda") else "gloo"
         dist.init_process_group(backend=backend)

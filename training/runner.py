@@ -61,7 +61,17 @@ def _project_make_env() -> Callable[..., Any] | None:
 
 def check_task(task: str, overrides: dict[str, Any] | None = None) -> None:
     """Refuse an unknown task name or bad task overrides before anything is built."""
-    if task in TOY_TASKS or task.startswith(GYM_PREFIX):
+    if task in TOY_TASKS:
+        return
+    if task.startswith(GYM_PREFIX):
+        import gymnasium as gym
+
+        import training.gym_adapter  # noqa: F401 (registers the example task)
+
+        try:
+            gym.spec(task[len(GYM_PREFIX) :])
+        except gym.error.Error as e:
+            raise ConfigError(f"task: {task!r}: {e}") from None
         return
     try:
         from training.envs import task_config  # written by another issue; optional here
@@ -412,7 +422,8 @@ class Runner:
             if self.use_tensorboard and self.writer is None:
                 from torch.utils.tensorboard import SummaryWriter  # slow import
 
-                self.writer = SummaryWriter(log_dir=str(self.run_dir))
+                # On resume, TensorBoard hides events logged after the checkpoint (they are redone).
+                self.writer = SummaryWriter(log_dir=str(self.run_dir), purge_step=self.iteration or None)
         if self.obs is None:
             self.obs = {k: v.to(self.device) for k, v in self.env.reset().items()}
         bar = None
