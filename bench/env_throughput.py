@@ -73,8 +73,8 @@ def main(argv: list[str] | None = None) -> int:
     )
     p.add_argument("--task", default="aow_flat", choices=sorted(TASKS))
     p.add_argument("--num-envs", type=int, default=256)
-    p.add_argument("--steps", type=int, default=None, help="policy steps per timed block (default 40, quick 10)")
-    p.add_argument("--repeats", type=int, default=None, help="env/physics block pairs (default 7, quick 3)")
+    p.add_argument("--steps", type=int, default=None, help="policy steps per timed block (default 10, quick 5)")
+    p.add_argument("--repeats", type=int, default=None, help="env/physics block pairs (default 20, quick 6)")
     p.add_argument("--threads", type=int, default=None, help="MuJoCo thread pool size (default: all usable CPUs)")
     p.add_argument("--seed", type=int, default=0)
     p.add_argument("--quick", action="store_true", help="small run, under a minute")
@@ -82,8 +82,8 @@ def main(argv: list[str] | None = None) -> int:
     args = p.parse_args(argv)
     if args.num_envs < 1:
         p.error("--num-envs must be at least 1")
-    steps = args.steps or (10 if args.quick else 40)
-    repeats = args.repeats or (3 if args.quick else 7)
+    steps = args.steps or (5 if args.quick else 10)
+    repeats = args.repeats or (6 if args.quick else 20)
     result = measure(args.task, args.num_envs, steps, repeats, warmup=5, threads=args.threads, seed=args.seed)
     result["quick"] = args.quick
     if args.json:

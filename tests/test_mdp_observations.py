@@ -101,3 +101,14 @@ def test_terminations():
     b = torch.tensor([[0.0], [0.0], [float("inf")]])
     assert terminations.nonfinite(a, b).tolist() == [True, False, True]
     assert terminations.time_out(torch.tensor([999, 1000]), 1000).tolist() == [False, True]
+
+
+def test_orientation_bound_from_gravity_equals_euler_bound():
+    gen = torch.Generator().manual_seed(0)
+    q = torch.randn(2000, 4, generator=gen)
+    q = q / q.norm(dim=-1, keepdim=True)
+    roll, pitch = roll_pitch_from_quat(q)
+    by_euler = terminations.bad_orientation(roll, pitch, 1.0, 0.8)
+    by_gravity = terminations.bad_orientation_from_gravity(projected_gravity(q), 1.0, 0.8)
+    assert by_euler.any() and (~by_euler).any()
+    assert (by_euler == by_gravity).float().mean() > 0.999  # equal up to float rounding at the bounds

@@ -16,6 +16,7 @@ One policy step:
 
 from __future__ import annotations
 
+import itertools
 import math
 from typing import Any
 
@@ -31,7 +32,7 @@ from training.mdp import costs as cst
 from training.mdp import rewards as rew
 from training.mdp import terminations as term
 from training.mdp.costs import CostType
-from training.mdp.math import quat_from_yaw, roll_pitch_from_quat, yaw_from_quat
+from training.mdp.math import quat_from_yaw, yaw_from_quat
 from training.mdp.observations import ObservationAssembler, height_scan, projected_gravity, scan_points_world
 from training.sim.backends.base import PhysicsRandomization, SimState
 from training.sim.backends.factory import create_backend
@@ -129,6 +130,7 @@ class LocomotionEnv:
         self.num_joints = self.num_actions = len(joints)
         is_leg = [j.kind == "leg" for j in joints]
         self.leg_ids = self._t([i for i, leg in enumerate(is_leg) if leg], torch.long)
+        self.legs = _as_slice(self.leg_ids)  # a view instead of a gather where the legs are contiguous
         self.is_leg = self._t(is_leg, torch.bool)
         self.default_joint_pos = self._t(robot.default_positions[idx])
         offsets = [j.default_position if j.kind == "leg" else 0.0 for j in joints]
@@ -264,7 +266,9 @@ class LocomotionEnv:
 
     # ---- observations ---------------------------------------------------------------------
 
-    def _raw_observations(self, s: SimState, rows: torch.Tensor | None) -> dict[str, torch.Tensor]:
+    def _raw_observations(
+        self, s: SimState, rows: torch.Tensor | None, gravity: torch.Tensor | None = None
+    ) -> dict[str, torch.Tensor]:
         def sel(t: torch.Tensor) -> torch.Tensor:
             return t if rows is None else t[rows]
 
@@ -273,9 +277,9 @@ class LocomotionEnv:
         raw = {
             "base_lin_vel": sel(s.base_lin_vel),
             "base_ang_vel": sel(s.base_ang_vel),
-            "projected_gravity": projected_gravity(quat),
+            "projected_gravity": projected_gravity(quat) if gravity is None else gravity,
             "velocity_commands": sel(self.commands)[:, :3],
-            "joint_pos": (joint_pos - self.default_joint_pos)[:, self.leg_ids],
+            "joint_pos": (joint_pos - self.default_joint_pos)[:, self.legs],
             "joint_vel": sel(s.joint_vel),
             "last_action": sel(self.actions),
         }
@@ -284,8 +288,10 @@ class LocomotionEnv:
             raw["height_scan"] = height_scan(pos[:, 2], self.height_sampler(world), self.cfg.observations.height_offset)
         return raw
 
-    def _observe(self, s: SimState, rows: torch.Tensor | None = None) -> dict[str, torch.Tensor]:
-        raw = self._raw_observations(s, rows)
+    def _observe(
+        self, s: SimState, rows: torch.Tensor | None = None, gravity: torch.Tensor | None = None
+    ) -> dict[str, torch.Tensor]:
+        raw = self._raw_observations(s, rows, gravity)
         return {
             "policy": self._policy_obs(raw, add_noise=True, generator=self.noise_rng),
             "critic": self._critic_obs(raw),
@@ -295,7 +301,7 @@ class LocomotionEnv:
 
     def _reward_terms(self, s: SimState, base_height: torch.Tensor) -> torch.Tensor:
         cfg = self.cfg.rewards
-        legs = self.leg_ids
+        legs = self.legs
         out = []
         for name in self.reward_names:
             if name == "lin_vel":
@@ -443,7 +449,7 @@ class LocomotionEnv:
         targets = torch.clamp(self.action_offset + self.action_scale * applied, self.action_low, self.action_high)
         self.second_last_leg_targets = self.last_leg_targets
         self.last_leg_targets = self.leg_targets
-        self.leg_targets = targets[:, self.leg_ids]
+        self.leg_targets = targets[:, self.legs]
         self.actions, self.applied_actions = actions, applied
 
         self.sim.step(targets)
@@ -455,14 +461,14 @@ class LocomotionEnv:
         # Commands on their timer (and heading control).
         resample = (self.steps_since_reset % self.resample_steps == 0).nonzero().squeeze(-1)
         self._resample_commands(resample)
-        yaw = yaw_from_quat(s.base_quat)
-        self._update_heading_commands(yaw)
+        if self.cfg.commands.heading_command:
+            self._update_heading_commands(yaw_from_quat(s.base_quat))
 
         # Terminations.
-        roll, pitch = roll_pitch_from_quat(s.base_quat)
-        failed_sim = ~s.healthy | term.nonfinite(s.base_pos, s.base_quat, s.base_lin_vel, s.joint_pos, s.joint_vel)
+        gravity = projected_gravity(s.base_quat)
+        failed_sim = ~s.healthy  # backends flag NaN, inf and blow-ups here
         tc = self.cfg.terminations
-        terminated = failed_sim | term.bad_orientation(roll, pitch, tc.max_roll, tc.max_pitch)
+        terminated = failed_sim | term.bad_orientation_from_gravity(gravity, tc.max_roll, tc.max_pitch)
         if tc.base_thigh_contact and self.terminal_contacts.any():
             terminated |= term.contact(s.contacts[:, self.terminal_contacts])
         time_outs = term.time_out(self.episode_length, self.max_episode_length) & ~terminated
@@ -490,7 +496,7 @@ class LocomotionEnv:
             self.sim.push(self._all_ids, self._uniform(-dr.max_push_vel_xy, dr.max_push_vel_xy, self.num_envs, 2))
             s = self.sim.state()
 
-        obs = self._observe(s)
+        obs = self._observe(s, gravity=gravity)
         infos: dict[str, Any] = {"time_outs": time_outs, "episode": {}}
         done_ids = dones.nonzero().squeeze(-1)
         if done_ids.numel():
@@ -552,3 +558,15 @@ class LocomotionEnv:
 
     def close(self) -> None:
         self.sim.close()
+
+
+def _as_slice(ids: torch.Tensor) -> slice | torch.Tensor:
+    """A slice for evenly spaced increasing indices (cheap views), else the index tensor."""
+    values = ids.tolist()
+    if len(values) >= 2:
+        step = values[1] - values[0]
+        if step > 0 and all(b - a == step for a, b in itertools.pairwise(values)):
+            return slice(values[0], values[-1] + 1, step)
+    if len(values) == 1:
+        return slice(values[0], values[0] + 1)
+    return ids

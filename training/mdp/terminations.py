@@ -2,6 +2,8 @@
 
 from __future__ import annotations
 
+import math
+
 import torch
 
 
@@ -13,6 +15,14 @@ def contact(contacts: torch.Tensor) -> torch.Tensor:
 def bad_orientation(roll: torch.Tensor, pitch: torch.Tensor, max_roll: float, max_pitch: float) -> torch.Tensor:
     """Roll or pitch beyond its bound (rad)."""
     return (roll.abs() > max_roll) | (pitch.abs() > max_pitch)
+
+
+def bad_orientation_from_gravity(gravity: torch.Tensor, max_roll: float, max_pitch: float) -> torch.Tensor:
+    """The same test on the projected gravity g_b = (sin p, -sin r cos p, -cos r cos p) (ZYX
+    Euler angles), which the observation needs anyway: |p| > max_pitch iff |g_x| > sin(max_pitch)
+    (max_pitch <= pi/2), and r = atan2(-g_y, -g_z)."""
+    roll = torch.atan2(-gravity[:, 1], -gravity[:, 2])
+    return (roll.abs() > max_roll) | (gravity[:, 0].abs() > math.sin(max_pitch))
 
 
 def nonfinite(*tensors: torch.Tensor) -> torch.Tensor:

@@ -27,7 +27,7 @@ class SimState:
     joint_vel: torch.Tensor  # [N, J]
     joint_torque: torch.Tensor  # [N, J] actuator torque (after the actuator's force limit)
     contacts: torch.Tensor  # [N, C] contact counts of the watched robot parts
-    healthy: torch.Tensor  # [N] bool: False where the simulator blew up or reset itself
+    healthy: torch.Tensor  # [N] bool: False where the state holds NaN or inf, or the simulator blew up
 
 
 @dataclass
