@@ -125,3 +125,21 @@ def test_constraint_rewards_switch_adds_table_one_block():
         assert weights["base_height"] == pytest.approx(-0.5 * env.dt)
     finally:
         env.close()
+
+
+def test_observation_order_and_scales_come_from_the_config():
+    order = ["projected_gravity", "base_ang_vel", "joint_pos", "joint_vel", "velocity_commands", "last_action"]
+    env = make_env("aow_flat", 1, observations={"order": order, "scales": {**_scales(), "joint_vel": 0.1}})
+    try:
+        layout = env.obs_spec["policy"]
+        assert list(layout.names) == order
+        assert layout.term("joint_vel").scale == 0.1
+        assert layout.dim == 3 + 3 + 12 + 16 + 3 + 16
+    finally:
+        env.close()
+    with pytest.raises(ValueError, match=r"observations\.order: unknown term"):
+        task_config("aow_flat", observations={"order": ["base_lin_vel", "foot_forces"]})
+
+
+def _scales() -> dict[str, float]:
+    return dict(task_config("aow_flat").observations.scales)

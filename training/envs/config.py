@@ -27,10 +27,27 @@ def _range_ok(r: Any) -> bool:
     return r is None or (len(r) == 2 and math.isfinite(r[0]) and math.isfinite(r[1]) and r[0] <= r[1])
 
 
+OBS_TERMS = (
+    "base_lin_vel",
+    "base_ang_vel",
+    "projected_gravity",
+    "velocity_commands",
+    "joint_pos",
+    "joint_vel",
+    "last_action",
+    "height_scan",
+)
+
+
 @dataclass
 class ObservationsConfig:
-    """Proprioception (legged_gym's order and scales) and, optionally, the height scan."""
+    """Proprioception (legged_gym's order and scales) and, optionally, the height scan.
 
+    ``order`` is the order of the terms in the observation vector (``height_scan`` is used only
+    when ``height_scan`` is on); the layout built from it travels with the policy.
+    """
+
+    order: tuple[str, ...] = OBS_TERMS
     height_scan: bool = False
     height_offset: float = 0.5  # scan value = clip(base_z - height_offset - h, -1, 1) * scale
     height_scan_clip: float = 1.0
@@ -59,6 +76,16 @@ class ObservationsConfig:
     )
 
     def validate(self) -> None:
+        unknown = [t for t in self.order if t not in OBS_TERMS]
+        _check(not unknown, "observations.order", f"unknown term(s) {unknown} (known: {list(OBS_TERMS)})")
+        _check(len(set(self.order)) == len(self.order), "observations.order", "lists a term twice")
+        missing = [t for t in self.order if t not in self.scales]
+        _check(not missing, "observations.scales", f"no scale for term(s) {missing}")
+        _check(
+            not self.height_scan or "height_scan" in self.order,
+            "observations.order",
+            "height_scan is on but not in the order",
+        )
         for name, value in self.scales.items():
             _check(math.isfinite(value) and value != 0, f"observations.scales.{name}", f"must be non-zero, got {value}")
         for name, value in self.noise.items():

@@ -38,17 +38,6 @@ from training.sim.backends.base import PhysicsRandomization, SimState
 from training.sim.backends.factory import create_backend
 from training.sim.terrain import Terrain, TerrainCurriculum
 
-OBS_ORDER = (
-    "base_lin_vel",
-    "base_ang_vel",
-    "projected_gravity",
-    "velocity_commands",
-    "joint_pos",
-    "joint_vel",
-    "last_action",
-    "height_scan",
-)
-
 
 class LocomotionEnv:
     def __init__(
@@ -170,7 +159,7 @@ class LocomotionEnv:
             "last_action": (self.num_actions, ()),
         }
         specs = []
-        for name in OBS_ORDER:
+        for name in cfg.order:
             if name == "height_scan":
                 if not cfg.height_scan:
                     continue
