@@ -125,6 +125,12 @@ def main(argv: list[str] | None = None) -> int:
     p.add_argument("--threads", type=int, default=1, help="torch CPU threads (default 1: stable on a shared machine)")
     p.add_argument("--device", default="cpu", help="cpu or cuda")
     p.add_argument(
+        "--critic-mode",
+        choices=["auto", "wide", "batched", "separate"],
+        default="auto",
+        help="how N-P3O evaluates its critics (auto: wide on CPU, batched on CUDA)",
+    )
+    p.add_argument(
         "--compare-separate", action="store_true", help="also time N-P3O with the critics evaluated one by one"
     )
     args = p.parse_args(argv)
@@ -140,11 +146,10 @@ def main(argv: list[str] | None = None) -> int:
     ppo_model = ActorCritic(layout, layout, num_actions, 0, net).to(device)
     ppo_model.actor.load_state_dict(np3o_model.actor.state_dict())
     ppo_model.critic.load_state_dict(np3o_model.critic.state_dict())
-    storage = make_rollout(np3o_model, num_envs, device, seed=1)
-    ppo_storage = copy.copy(storage)  # PPO reads the reward track only; zero cost groups
-    ppo_storage.num_cost_groups = 0
+    storage = make_rollout(np3o_model, num_envs, device, seed=1)  # PPO ignores its cost tracks
+    mode = None if args.critic_mode == "auto" else args.critic_mode
 
-    runs = [("ppo", ppo_model, ppo_storage, None), ("np3o", np3o_model, storage, None)]
+    runs = [("ppo", ppo_model, storage, None), ("np3o", np3o_model, storage, mode)]
     if args.compare_separate:
         runs.append(("np3o_separate", np3o_model, storage, "separate"))
     for name, model, st, mode in runs:  # warm-up
@@ -171,7 +176,7 @@ def main(argv: list[str] | None = None) -> int:
         "minibatches": NUM_MINIBATCHES,
         "cost_critics": NUM_GROUPS,
         "obs_dim": layout.dim,
-        "critic_mode": "batched" if device.type == "cuda" else "wide",
+        "critic_mode": mode or ("batched" if device.type == "cuda" else "wide"),
         "repeats": repeats,
         "threads": args.threads,
         "device": str(device),

@@ -5,6 +5,7 @@ Examples::
     aow-train --task aow_flat --algo np3o --num-envs 4096 --iterations 1500 --seed 0 --run-dir runs/np3o
     aow-train --task toy_speed_limit --algo ppo_lag --num-envs 64 --iterations 100 --run-dir runs/toy
     aow-train --resume runs/np3o --iterations 3000          # continue to 3000 iterations in total
+    aow-train --task aow_flat --algo ppo --env-override rewards.constraint_rewards=true   # PPO baseline
     aow-train --config my.yaml --set ppo.learning_rate=3e-4 --set algo_params.kappa_max=2
     torchrun --nproc-per-node 2 -m training.train --task toy_speed_limit --algo np3o --num-envs 128 ...
 
@@ -72,7 +73,7 @@ def build_parser() -> argparse.ArgumentParser:
         action="append",
         default=[],
         metavar="KEY=VALUE",
-        help="override a field of the task's config, e.g. constraint_rewards=true (repeatable)",
+        help="override a field of the task's config, e.g. rewards.constraint_rewards=true (repeatable)",
     )
     p.add_argument("--no-progress", action="store_true", help="no progress bar")
     p.add_argument("--no-tensorboard", action="store_true", help="do not write TensorBoard event files")
