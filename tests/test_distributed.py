@@ -87,6 +87,44 @@ def test_two_gloo_processes_have_identical_parameters_after_3_iterations(tmp_pat
     assert not torch.equal(fresh.model.state_dict()["actor.mean_head.weight"], a["model"]["actor.mean_head.weight"])
 
 
+def _nan_worker(rank: int, world: int, port: int, out: Path) -> None:
+    os.environ.update(
+        RANK=str(rank), WORLD_SIZE=str(world), LOCAL_RANK=str(rank), MASTER_ADDR="127.0.0.1", MASTER_PORT=str(port)
+    )
+    torch.set_num_threads(1)
+    from training.runner import Runner, TrainingError
+    from training.toy_cmdp import ToySpeedLimitEnv
+
+    class NaNOnRankOne(ToySpeedLimitEnv):
+        def step(self, actions):
+            obs, rewards, costs, dones, infos = super().step(actions)
+            return obs, rewards * (float("nan") if rank == 1 else 1.0), costs, dones, infos
+
+    ctx = init_distributed("cpu")
+    try:
+        r = Runner(_config(), dist=ctx, env=NaNOnRankOne(4, seed=rank), progress=False, tensorboard=False)
+        try:
+            r.learn()
+        except TrainingError as e:
+            (out / f"rank{rank}.err").write_text(str(e))
+    finally:
+        shutdown_distributed(ctx)
+
+
+@pytest.mark.slow
+def test_nan_on_one_rank_stops_every_rank(tmp_path):
+    ctx = mp.start_processes(_nan_worker, args=(2, _free_port(), tmp_path), nprocs=2, start_method="spawn", join=False)
+    for _ in range(120):  # a deadlock would hang here: fail instead
+        if ctx.join(timeout=1):
+            break
+    else:
+        for p in ctx.processes:
+            p.kill()
+        pytest.fail("ranks deadlocked after a NaN on one of them")
+    assert "non-finite loss" in (tmp_path / "rank1.err").read_text()
+    assert "non-finite" in (tmp_path / "rank0.err").read_text()
+
+
 @pytest.mark.slow
 def test_torchrun_cli(tmp_path):
     run = tmp_path / "run"

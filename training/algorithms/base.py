@@ -309,21 +309,25 @@ class ConstrainedPPO:
         count = 0
         for epoch, m, idx in minibatch_indices(prep.batch.size, cfg.num_minibatches, cfg.num_epochs, generator):
             loss, terms = self.minibatch_loss(prep, idx.to(self.device), adapt_lr=True)
+            where = f"iteration {iteration}, minibatch {m} of epoch {epoch}"
+            bad_loss = None
             if not torch.isfinite(loss):
-                bad = {k: float(v.detach()) for k, v in terms.items()}
-                raise NonFiniteLossError(
-                    f"non-finite loss at iteration {iteration}, minibatch {m} of epoch {epoch} ({bad}); "
-                    "the step was not applied"
-                )
+                values = {k: float(v.detach()) for k, v in terms.items()}
+                bad_loss = NonFiniteLossError(f"non-finite loss at {where} ({values}); the step was not applied")
+                if not self.dist.enabled:
+                    raise bad_loss
+                # Other ranks wait in the gradient all-reduce: go through it; the NaN reaches every
+                # rank's gradients, so all of them stop below instead of deadlocking.
             self.optimizer.zero_grad(set_to_none=True)
             loss.backward()
             self.dist.all_reduce_grads(self.parameters)
             for name, params in self.clip_groups.items():
                 norm = nn.utils.clip_grad_norm_(params, cfg.max_grad_norm, foreach=True)
+                if bad_loss is not None:
+                    raise bad_loss
                 if not torch.isfinite(norm):
                     raise NonFiniteLossError(
-                        f"non-finite gradient norm of the {name} at iteration {iteration}, minibatch {m} of epoch "
-                        f"{epoch}; the step was not applied"
+                        f"non-finite gradient norm of the {name} at {where}; the step was not applied"
                     )
                 terms[f"grad_norm/{name}"] = norm
             self.optimizer.step()
