@@ -234,8 +234,10 @@ class ControllerCore:
         self.builder = ObservationBuilder(contract.observation, robot, contract.num_actions)
         self.scanner: HeightScanner | None = None
         if self.builder.needs_height_scan:
-            self.scanner = HeightScanner(robot.height_scan, cfg.height_sampling, cfg.min_height_valid_fraction)
-            self.inputs.heights = self.scanner.heights  # the builder reads the scanner's buffer directly
+            # the scanner writes straight into the inputs the observation is built from
+            self.scanner = HeightScanner(
+                robot.height_scan, cfg.height_sampling, cfg.min_height_valid_fraction, out=self.inputs.heights
+            )
         self._joint_reader = JointStateReader(robot.joint_names)
         self._base = BaseState()
         self._yaw = 0.0  # of the last accepted odometry (the BaseState holds the last received)

@@ -45,7 +45,14 @@ class HeightScanner:
     NaN rules. No numpy call here allocates an array (no broadcasting, no casting buffers).
     """
 
-    def __init__(self, grid: HeightScanGrid, method: str = "bilinear", min_valid_fraction: float = 0.5):
+    def __init__(
+        self,
+        grid: HeightScanGrid,
+        method: str = "bilinear",
+        min_valid_fraction: float = 0.5,
+        out: np.ndarray | None = None,
+    ):
+        """``out``: a float64 buffer of the grid's size to write the heights into (e.g. a view)."""
         if method not in SAMPLING_METHODS:
             raise ValueError(f"height scan method must be one of {SAMPLING_METHODS}, got {method!r}")
         if not 0.0 < min_valid_fraction <= 1.0:
@@ -57,9 +64,8 @@ class HeightScanner:
         n = len(points)
         self.num_points = n
         self._local = np.vstack([points.T, np.ones(n)])  # (3, n): x, y, 1
-        self._corners = [
-            (x, y) for x in (points[:, 0].min(), points[:, 0].max()) for y in (points[:, 1].min(), points[:, 1].max())
-        ]
+        xs, ys = points[:, 0].tolist(), points[:, 1].tolist()
+        self._corners = [(x, y) for x in (min(xs), max(xs)) for y in (min(ys), max(ys))]  # Python floats
         self._affine = np.empty((2, 3))
         self._k = np.empty((2, n))  # continuous unwrapped index (rows, cols)
         self._k0 = np.empty((2, n))
@@ -82,9 +88,19 @@ class HeightScanner:
         self._table_key: tuple[int, ...] | None = None
         self._row_table = np.empty(0, dtype=np.intp)
         self._col_table = np.empty(0, dtype=np.intp)
-        self.heights = np.empty(n)
+        if out is not None and (out.shape != (n,) or out.dtype != np.float64):
+            raise ValueError(f"height scan output buffer must be float64 of shape ({n},), got {out.dtype} {out.shape}")
+        self.heights = out if out is not None else np.empty(n)
         self.valid = np.zeros(n, dtype=bool)
         self.valid_fraction = 0.0
+        # Views used by the fast path, made once: creating a view costs as much as a small ufunc call.
+        idx, off, flat, v64, lerp = self._idx, self._offsets, self._flat, self._v64, self._lerp
+        self._fast = (
+            self._k, self._k0, self._frac, idx[:, 0], idx[0, 0], idx[0, 1], idx[1, 0], idx[1, 1],
+            off, off[0, 0], off[0, 1], off[1, 0], off[1, 1], flat, flat[0, 0], flat[0, 1], flat[1, 0], flat[1, 1],
+            self._v, v64, self._v_flat, self._ones, v64[0], v64[1], lerp, lerp[0], lerp[1],
+            self._frac[0], self._frac[1], self.heights,
+        )  # fmt: skip
 
     def _tables(self, layer: GridMapLayer) -> None:
         """Unwrapped index along each axis -> its part of the flat buffer offset."""
@@ -101,6 +117,7 @@ class HeightScanner:
         ``valid`` and ``valid_fraction`` describe which points had data; points without data hold
         the fill value (median of the valid ones), or NaN when no point had data.
         """
+        base_x, base_y, base_yaw = float(base_x), float(base_y), float(base_yaw)  # no numpy scalars below
         if not (math.isfinite(base_x) and math.isfinite(base_y) and math.isfinite(base_yaw)):
             raise HeightScanError(f"base pose is not finite: x={base_x}, y={base_y}, yaw={base_yaw}")
         self._tables(layer)
@@ -135,26 +152,34 @@ class HeightScanner:
     # ---- fast path: every point between the outermost cell centres, no NaN -----------------
     def _bilinear_interior(self, layer: GridMapLayer) -> bool:
         """False (and nothing final written) when a gathered cell is NaN: the general path decides."""
-        k, k0, frac, idx = self._k, self._k0, self._frac, self._idx
+        (
+            k, k0, frac, idx_lo, ix0, ix1, iy0, iy1,
+            off, rx0, rx1, cy0, cy1, flat, f00, f01, f10, f11,
+            v, v64, v_flat, ones, v0, v1, lerp, lerp0, lerp1, fx, fy, heights,
+        ) = self._fast  # fmt: skip
         np.floor(k, out=k0)
         np.subtract(k, k0, out=frac)
-        np.copyto(idx[:, 0], k0, casting="unsafe")  # integral values already
-        np.add(idx[0, 0], 1, out=idx[0, 1])  # per axis: a strided 2-D add would buffer
-        np.add(idx[1, 0], 1, out=idx[1, 1])
-        self._gather(layer)
-        v = self._v64
-        if math.isnan(self._v_flat.dot(self._ones)):  # NaN propagates through the dot product
+        np.copyto(idx_lo, k0, casting="unsafe")  # integral values already
+        np.add(ix0, 1, out=ix1)  # per axis: a strided 2-D add would buffer
+        np.add(iy0, 1, out=iy1)
+        self._row_table.take(self._idx[0], out=off[0], mode="clip")  # "raise" would allocate
+        self._col_table.take(self._idx[1], out=off[1], mode="clip")
+        np.add(rx0, cy0, out=f00)
+        np.add(rx0, cy1, out=f01)
+        np.add(rx1, cy0, out=f10)
+        np.add(rx1, cy1, out=f11)
+        layer.values.take(flat, out=v, mode="clip")
+        np.copyto(v64, v)
+        if math.isnan(v_flat.dot(ones)):  # NaN propagates through the dot product
             return False
         # lerp along x for both y corners, then along y
-        lerp, fx, fy = self._lerp, frac[0], frac[1]
-        np.subtract(v[1], v[0], out=lerp)
-        np.multiply(lerp[0], fx, out=lerp[0])
-        np.multiply(lerp[1], fx, out=lerp[1])
-        np.add(lerp, v[0], out=lerp)
-        heights = self.heights
-        np.subtract(lerp[1], lerp[0], out=heights)
+        np.subtract(v1, v0, out=lerp)
+        np.multiply(lerp0, fx, out=lerp0)
+        np.multiply(lerp1, fx, out=lerp1)
+        np.add(lerp, v0, out=lerp)
+        np.subtract(lerp1, lerp0, out=heights)
         np.multiply(heights, fy, out=heights)
-        np.add(heights, lerp[0], out=heights)
+        np.add(heights, lerp0, out=heights)
         if self.valid_fraction != 1.0:
             self.valid.fill(True)
             self.valid_fraction = 1.0

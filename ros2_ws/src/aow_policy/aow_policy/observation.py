@@ -4,13 +4,19 @@ The policy contract lists its observation terms by name (with joints by name); e
 a builder here, so a policy with another layout, joint subset or scaling needs no code change,
 and a policy asking for a term this runtime cannot build is refused when it is loaded.
 Every term is ``clip(raw, -clip, clip) * scale`` of the raw value described in
-:data:`aow_policy.layout.KNOWN_OBS_TERMS`. Buffers are preallocated: :meth:`build` allocates nothing.
+:data:`aow_policy.layout.KNOWN_OBS_TERMS`.
+
+All raw inputs live in one flat vector (:class:`RobotInputs` exposes named views of it), and every
+known term's raw value is affine in those inputs: ``raw = sign * inputs[index] + bias`` (e.g.
+``joint_pos``: q - default; ``height_scan``: (base_z - height_offset) - h). A builder compiles a
+layout into one gather index, one sign and one bias vector at load, so :meth:`build` is seven
+numpy calls whatever the layout, and allocates nothing.
 """
 
 from __future__ import annotations
 
 from collections.abc import Callable
-from dataclasses import dataclass, field
+from dataclasses import dataclass
 
 import numpy as np
 
@@ -22,48 +28,58 @@ class ObservationError(ValueError):
     """The observation layout cannot be built on this robot; the message names the term."""
 
 
-@dataclass
 class RobotInputs:
-    """The latest robot state in contract joint order, as the observation builders read it."""
+    """The latest robot state in contract joint order: named views of one flat vector."""
 
-    num_joints: int
-    num_actions: int
-    num_scan_points: int
-    joint_position: np.ndarray = field(init=False)
-    joint_velocity: np.ndarray = field(init=False)
-    base_position: np.ndarray = field(init=False)
-    base_linear_velocity: np.ndarray = field(init=False)  # base frame
-    base_angular_velocity: np.ndarray = field(init=False)  # base frame
-    projected_gravity: np.ndarray = field(init=False)
-    command: np.ndarray = field(init=False)  # (vx, vy, yaw rate)
-    last_action: np.ndarray = field(init=False)  # raw (clipped, unscaled) previous action
-    heights: np.ndarray = field(init=False)  # terrain height at each scan point (map frame)
+    FIELDS = (
+        ("joint_position", "joints"),
+        ("joint_velocity", "joints"),
+        ("base_position", 3),
+        ("base_linear_velocity", 3),  # base frame
+        ("base_angular_velocity", 3),  # base frame
+        ("projected_gravity", 3),
+        ("command", 3),  # (vx, vy, yaw rate)
+        ("last_action", "actions"),  # raw (clipped, unscaled) previous action
+        ("heights", "scan"),  # terrain height at each scan point (map frame)
+    )
 
-    def __post_init__(self) -> None:
-        self.joint_position = np.zeros(self.num_joints)
-        self.joint_velocity = np.zeros(self.num_joints)
-        self.base_position = np.zeros(3)
-        self.base_linear_velocity = np.zeros(3)
-        self.base_angular_velocity = np.zeros(3)
-        self.projected_gravity = np.array([0.0, 0.0, -1.0])
-        self.command = np.zeros(3)
-        self.last_action = np.zeros(self.num_actions)
-        self.heights = np.zeros(self.num_scan_points)
+    def __init__(self, num_joints: int, num_actions: int, num_scan_points: int):
+        self.num_joints, self.num_actions, self.num_scan_points = num_joints, num_actions, num_scan_points
+        sizes = {"joints": num_joints, "actions": num_actions, "scan": num_scan_points}
+        self.offsets: dict[str, slice] = {}
+        start = 0
+        for name, size in self.FIELDS:
+            n = sizes[size] if isinstance(size, str) else size
+            self.offsets[name] = slice(start, start + n)
+            start += n
+        self.vector = np.zeros(start)
+        for name, sl in self.offsets.items():
+            setattr(self, name, self.vector[sl])  # views: writing into them writes the vector
+        self.projected_gravity[2] = -1.0
+
+    def index(self, name: str) -> np.ndarray:
+        sl = self.offsets[name]
+        return np.arange(sl.start, sl.stop)
 
 
-TermWriter = Callable[[RobotInputs, np.ndarray], None]
-TermFactory = Callable[[ObsTerm, Robot, int], TermWriter]
+@dataclass(frozen=True)
+class TermPlan:
+    """raw = sign * inputs.vector[index] + bias (+ base_z where ``add_base_z``)."""
+
+    index: np.ndarray
+    sign: float
+    bias: np.ndarray
+    add_base_z: bool = False
 
 
-def _fixed(size: int, attr: str) -> TermFactory:
-    def factory(term: ObsTerm, robot: Robot, num_actions: int) -> TermWriter:
+TermFactory = Callable[[ObsTerm, Robot, RobotInputs], TermPlan]
+
+
+def _fixed(size: int, field: str) -> TermFactory:
+    def factory(term: ObsTerm, robot: Robot, inputs: RobotInputs) -> TermPlan:
         if term.size != size:
             raise ObservationError(f"observation term {term.name!r}: size {term.size}, this term has {size} values")
-
-        def write(inputs: RobotInputs, out: np.ndarray) -> None:
-            np.copyto(out, getattr(inputs, attr))
-
-        return write
+        return TermPlan(inputs.index(field), 1.0, np.zeros(size))
 
     return factory
 
@@ -81,50 +97,32 @@ def _joint_indices(term: ObsTerm, robot: Robot) -> np.ndarray:
         raise ObservationError(f"observation term {term.name!r}: {e.args[0]}") from None
 
 
-def _joint_pos(term: ObsTerm, robot: Robot, num_actions: int) -> TermWriter:
+def _joint_pos(term: ObsTerm, robot: Robot, inputs: RobotInputs) -> TermPlan:
     idx = _joint_indices(term, robot)
-    default = robot.default_positions[idx].copy()
-
-    def write(inputs: RobotInputs, out: np.ndarray) -> None:
-        inputs.joint_position.take(idx, out=out, mode="clip")
-        np.subtract(out, default, out=out)
-
-    return write
+    return TermPlan(inputs.index("joint_position")[idx], 1.0, -robot.default_positions[idx])
 
 
-def _joint_vel(term: ObsTerm, robot: Robot, num_actions: int) -> TermWriter:
+def _joint_vel(term: ObsTerm, robot: Robot, inputs: RobotInputs) -> TermPlan:
     idx = _joint_indices(term, robot)
-
-    def write(inputs: RobotInputs, out: np.ndarray) -> None:
-        inputs.joint_velocity.take(idx, out=out, mode="clip")
-
-    return write
+    return TermPlan(inputs.index("joint_velocity")[idx], 1.0, np.zeros(term.size))
 
 
-def _last_action(term: ObsTerm, robot: Robot, num_actions: int) -> TermWriter:
-    if term.size != num_actions:
-        raise ObservationError(f"observation term 'last_action': size {term.size} for {num_actions} actions")
-
-    def write(inputs: RobotInputs, out: np.ndarray) -> None:
-        np.copyto(out, inputs.last_action)
-
-    return write
+def _last_action(term: ObsTerm, robot: Robot, inputs: RobotInputs) -> TermPlan:
+    if term.size != inputs.num_actions:
+        raise ObservationError(f"observation term 'last_action': size {term.size} for {inputs.num_actions} actions")
+    return TermPlan(inputs.index("last_action"), 1.0, np.zeros(term.size))
 
 
-def _height_scan(term: ObsTerm, robot: Robot, num_actions: int) -> TermWriter:
+def _height_scan(term: ObsTerm, robot: Robot, inputs: RobotInputs) -> TermPlan:
     if term.size != robot.height_scan.num_points:
         raise ObservationError(
             f"observation term 'height_scan': size {term.size}, the robot's grid has {robot.height_scan.num_points}"
         )
     if "height_offset" not in term.params:
         raise ObservationError("observation term 'height_scan': params.height_offset is missing")
+    # base_z - height_offset - terrain height
     offset = float(term.params["height_offset"])
-
-    def write(inputs: RobotInputs, out: np.ndarray) -> None:
-        # base_z - height_offset - terrain height
-        np.subtract(inputs.base_position[2] - offset, inputs.heights, out=out)
-
-    return write
+    return TermPlan(inputs.index("heights"), -1.0, np.full(term.size, -offset), add_base_z=True)
 
 
 TERM_BUILDERS: dict[str, TermFactory] = {
@@ -143,38 +141,60 @@ assert set(TERM_BUILDERS) == set(KNOWN_OBS_TERMS), "every known term needs a run
 class ObservationBuilder:
     """Builds the float32 observation vector of a layout from :class:`RobotInputs`.
 
-    Each term writes its raw value into its slice of one float64 work vector; clip and scale are
-    then applied to the whole vector at once (three numpy calls), writing the float32 result.
+    With ``value = clip(raw, -c, c) * s`` and ``raw = sign * x + bias`` the whole vector is
+    ``clip(sign * s * x + bias * s, lo, hi)`` with ``[lo, hi] = sorted(-c * s, c * s)``.
     """
 
     def __init__(self, layout: ObservationLayout, robot: Robot, num_actions: int):
         self.layout = layout
         dim = layout.dim
-        self._work = np.zeros(dim)
-        self.observation = np.zeros(dim, dtype=np.float32)
+        template = RobotInputs(len(robot.joint_names), num_actions, robot.height_scan.num_points)
+        self._index = np.zeros(dim, dtype=np.intp)
+        self._gain = np.zeros(dim)  # sign * scale
+        self._bias = np.zeros(dim)  # bias * scale, plus base_z * scale where the term needs it
+        self._bias_const = np.zeros(dim)
+        self._base_z_gain = np.zeros(dim)
         self._low = np.full(dim, -np.inf)
         self._high = np.full(dim, np.inf)
-        self._scale = np.ones(dim)
-        self._steps: list[tuple[TermWriter, np.ndarray]] = []
         for term in layout.terms:
             factory = TERM_BUILDERS.get(term.name)
             if factory is None:
                 raise ObservationError(
                     f"observation term {term.name!r} has no builder in this runtime (known: {sorted(TERM_BUILDERS)})"
                 )
-            self._steps.append((factory(term, robot, num_actions), self._work[term.slice]))
+            plan = factory(term, robot, template)
+            sl, scale = term.slice, term.scale
+            self._index[sl] = plan.index
+            self._gain[sl] = plan.sign * scale
+            self._bias_const[sl] = plan.bias * scale
+            if plan.add_base_z:
+                self._base_z_gain[sl] = scale
             if term.clip is not None:
-                self._low[term.slice], self._high[term.slice] = -term.clip, term.clip
-            self._scale[term.slice] = term.scale
+                bounds = sorted((-term.clip * scale, term.clip * scale))
+                self._low[sl], self._high[sl] = bounds
+        self._base_z_slices = [t.slice for t in layout.terms if t.name == "height_scan"]
+        self._base_z_index = template.offsets["base_position"].start + 2
+        self._input_size = template.vector.size
+        self._work = np.zeros(dim)
+        self.observation = np.zeros(dim, dtype=np.float32)
+        np.copyto(self._bias, self._bias_const)
+        self._bias_views = [(self._bias[sl], self._bias_const[sl], self._base_z_gain[sl]) for sl in self._base_z_slices]
         self.needs_height_scan = layout.has("height_scan")
 
     def build(self, inputs: RobotInputs) -> np.ndarray:
         """The observation (internal float32 buffer, overwritten by the next call)."""
+        if inputs.vector.size != self._input_size:
+            raise ValueError("RobotInputs of another robot or action count than this builder's")
         work = self._work
-        for writer, out in self._steps:
-            writer(inputs, out)
+        if self._bias_views:
+            base_z = float(inputs.vector[self._base_z_index])
+            for bias, const, gain in self._bias_views:
+                np.multiply(gain, base_z, out=bias)
+                np.add(bias, const, out=bias)
+        inputs.vector.take(self._index, out=work, mode="clip")  # "raise" would allocate a buffer
+        np.multiply(work, self._gain, out=work)
+        np.add(work, self._bias, out=work)
         np.maximum(work, self._low, out=work)
         np.minimum(work, self._high, out=work)
-        np.multiply(work, self._scale, out=work)
         np.copyto(self.observation, work, casting="same_kind")
         return self.observation
