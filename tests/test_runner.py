@@ -318,3 +318,13 @@ def test_trains_on_the_locomotion_task(tmp_path):
     assert set(ckpt["cost_groups"]) == set(r.env.cost_groups) and len(r.model.cost_critics) == len(ckpt["cost_groups"])
     assert ckpt["action_layout"]["joint_names"] == list(r.env.action_layout["joint_names"])
     assert any(k.startswith("episode/violations/") for k in history[0]) or "cost_rate/joint_speed" in history[0]
+
+
+def test_time_budget_stops_after_an_iteration_and_checkpoints_it(tmp_path):
+    r = Runner(tiny_config("np3o", 50), tmp_path, progress=False, tensorboard=False)
+    r.learn(time_budget_s=0.0)
+    assert r.stopped_by_budget and r.iteration == 1
+    assert load_checkpoint(tmp_path / "model_1.pt")["iteration"] == 1
+    resumed = Runner(tiny_config("np3o", 2), tmp_path, resume=True, progress=False, tensorboard=False)
+    resumed.learn()
+    assert resumed.iteration == 2 and not resumed.stopped_by_budget

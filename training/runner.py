@@ -225,6 +225,7 @@ class Runner:
         self.iteration = 0
         self.obs = None
         self.history: list[dict[str, float]] = []
+        self.stopped_by_budget = False
         self._episode_return = torch.zeros(self.num_envs, device=self.device)
         self._episode_length = torch.zeros(self.num_envs, device=self.device)
         self.last_checkpoint: Path | None = None
@@ -412,9 +413,15 @@ class Runner:
             var = (packed[1 + d :] / n - mean.square()).clamp(min=0)
             normalizer.update_from_moments(mean.float(), var.float(), float(n))
 
-    def learn(self, iterations: int | None = None) -> list[dict[str, float]]:
-        """Train until ``iterations`` completed iterations in total (default: the config's)."""
+    def learn(self, iterations: int | None = None, time_budget_s: float | None = None) -> list[dict[str, float]]:
+        """Train until ``iterations`` completed iterations in total (default: the config's).
+
+        With ``time_budget_s``, also stop after the first iteration that ends past the budget
+        and checkpoint it (``stopped_by_budget`` tells); a later ``--resume`` continues from there.
+        """
         target = self.cfg.iterations if iterations is None else iterations
+        self.stopped_by_budget = False
+        started = time.perf_counter()
         main = self.dist.is_main
         if main and self.run_dir is not None:
             self.run_dir.mkdir(parents=True, exist_ok=True)
@@ -453,7 +460,8 @@ class Runner:
                 self.iteration += 1
                 if main:
                     self._log(record)
-                if self.iteration % self.cfg.save_interval == 0 or self.iteration == target:
+                out_of_time = time_budget_s is not None and time.perf_counter() - started > time_budget_s
+                if self.iteration % self.cfg.save_interval == 0 or self.iteration == target or out_of_time:
                     self.save()
                 if bar is not None:
                     bar.update(1)
@@ -461,6 +469,9 @@ class Runner:
                         reward=f"{record.get('mean_reward', float('nan')):.2f}",
                         viol=f"{record.get('violations_per_episode', float('nan')):.2f}",
                     )
+                if out_of_time and self.iteration < target:
+                    self.stopped_by_budget = True
+                    break
         finally:
             if bar is not None:
                 bar.close()

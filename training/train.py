@@ -75,6 +75,11 @@ def build_parser() -> argparse.ArgumentParser:
         metavar="KEY=VALUE",
         help="override a field of the task's config, e.g. rewards.constraint_rewards=true (repeatable)",
     )
+    p.add_argument(
+        "--max-minutes",
+        type=float,
+        help="wall-clock budget: stop (and checkpoint) after the iteration that ends past it; --resume continues",
+    )
     p.add_argument("--no-progress", action="store_true", help="no progress bar")
     p.add_argument("--no-tensorboard", action="store_true", help="do not write TensorBoard event files")
     return p
@@ -148,7 +153,9 @@ def main(argv: list[str] | None = None) -> int:
         if runner.iteration >= cfg.iterations:
             print(f"aow-train: {run_dir} already has {runner.iteration} iterations (target {cfg.iterations})")
             return 0
-        runner.learn()
+        if args.max_minutes is not None and not args.max_minutes > 0:
+            raise ConfigError(f"--max-minutes: must be positive, got {args.max_minutes}")
+        runner.learn(time_budget_s=None if args.max_minutes is None else 60.0 * args.max_minutes)
     except (ConfigError, CheckpointError) as e:
         print(f"aow-train: error: {e}", file=sys.stderr)
         return 2
@@ -158,7 +165,13 @@ def main(argv: list[str] | None = None) -> int:
     finally:
         shutdown_distributed(dist)
     if dist.is_main:
-        print(f"aow-train: {cfg.iterations} iterations done; checkpoints in {run_dir}")
+        if runner.stopped_by_budget:
+            print(
+                f"aow-train: time budget of {args.max_minutes:g} min reached after {runner.iteration} of "
+                f"{cfg.iterations} iterations; checkpoints in {run_dir} (--resume {run_dir} continues)"
+            )
+        else:
+            print(f"aow-train: {cfg.iterations} iterations done; checkpoints in {run_dir}")
     return 0
 
 
