@@ -33,7 +33,7 @@ from training.mdp import rewards as rew
 from training.mdp import terminations as term
 from training.mdp.costs import CostType
 from training.mdp.math import quat_from_yaw, yaw_from_quat
-from training.mdp.observations import ObservationAssembler, height_scan, projected_gravity, scan_points_world
+from training.mdp.observations import ObservationAssembler, height_scan, projected_gravity, scan_points_world_xy
 from training.sim.backends.base import PhysicsRandomization, SimState
 from training.sim.backends.factory import create_backend
 from training.sim.terrain import Terrain, TerrainCurriculum
@@ -273,8 +273,9 @@ class LocomotionEnv:
             "last_action": sel(self.actions),
         }
         if self.cfg.observations.height_scan:
-            world = scan_points_world(pos, yaw_from_quat(quat), self.scan_points)
-            raw["height_scan"] = height_scan(pos[:, 2], self.height_sampler(world), self.cfg.observations.height_offset)
+            x, y = scan_points_world_xy(pos, yaw_from_quat(quat), self.scan_points)
+            heights = self.height_sampler.heights_at(x, y)
+            raw["height_scan"] = height_scan(pos[:, 2], heights, self.cfg.observations.height_offset)
         return raw
 
     def _observe(
@@ -464,7 +465,7 @@ class LocomotionEnv:
         dones = terminated | time_outs
 
         # Rewards and costs (computed on the terminal state of ending episodes).
-        base_height = s.base_pos[:, 2] - self.height_sampler(s.base_pos[:, :2])
+        base_height = s.base_pos[:, 2] - self.height_sampler.heights_at(s.base_pos[:, 0], s.base_pos[:, 1])
         reward_terms = self._reward_terms(s, base_height) * self.reward_weights
         costs, flags = self._cost_terms(s)
         if bool(failed_sim.any()):  # a blown-up state says nothing: zero it, count it, reset it

@@ -30,6 +30,17 @@ def scan_points_world(base_pos: torch.Tensor, base_yaw: torch.Tensor, points: to
     return yaw_rotate_xy(base_yaw, points) + base_pos[:, None, :2]
 
 
+def scan_points_world_xy(
+    base_pos: torch.Tensor, base_yaw: torch.Tensor, points: torch.Tensor
+) -> tuple[torch.Tensor, torch.Tensor]:
+    """The same points as separate world x and y [N, P] (no stacking: cheaper for lookups)."""
+    c, s = torch.cos(base_yaw)[:, None], torch.sin(base_yaw)[:, None]
+    px, py = points[:, 0], points[:, 1]
+    x = c * px - s * py + base_pos[:, 0:1]
+    y = s * px + c * py + base_pos[:, 1:2]
+    return x, y
+
+
 def height_scan(base_z: torch.Tensor, terrain_heights: torch.Tensor, height_offset: float) -> torch.Tensor:
     """Raw scan: base_z - height_offset - h at each grid point, [N, P] (clip and scale follow)."""
     return base_z[:, None] - height_offset - terrain_heights

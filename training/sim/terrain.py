@@ -329,22 +329,33 @@ class HeightSampler:
 
     def __call__(self, xy: torch.Tensor) -> torch.Tensor:
         """Heights at points [..., 2] -> [...] (MuJoCo's triangle interpolation)."""
+        return self.heights_at(xy[..., 0], xy[..., 1])
+
+    def heights_at(self, x: torch.Tensor, y: torch.Tensor) -> torch.Tensor:
+        """Heights at points given as separate x and y tensors of one shape.
+
+        Written for speed on large batches (256 robots x 187 points): ``index_select`` gathers
+        (several times faster than advanced indexing on CPU), the triangle chosen by index
+        arithmetic, and max/min of the in-cell fractions instead of ``where``.
+        """
         if self.data is None:
-            return torch.full(xy.shape[:-1], self.base, dtype=xy.dtype, device=xy.device)
-        u = ((xy[..., 0] - self.x0) / self.scale).clamp(0.0, self.nx - 1.0)
-        v = ((xy[..., 1] - self.y0) / self.scale).clamp(0.0, self.ny - 1.0)
-        i = u.floor().clamp(max=self.nx - 2)
-        j = v.floor().clamp(max=self.ny - 2)
-        fu, fv = u - i, v - j
-        idx = j.long() * self.nx + i.long()  # corner (i, j); MuJoCo row j, column i
-        h00 = self._flat[idx].to(xy.dtype)
-        h11 = self._flat[idx + self.nx + 1].to(xy.dtype)
-        upper = fv > fu  # triangle (i,j),(i,j+1),(i+1,j+1); else (i,j),(i+1,j),(i+1,j+1)
-        h_mid = self._flat[torch.where(upper, idx + self.nx, idx + 1)].to(xy.dtype)
-        f_mid = torch.where(upper, fv, fu)
-        f_far = torch.where(upper, fu, fv)
-        h = h00 + f_mid * (h_mid - h00) + f_far * (h11 - h_mid)
-        return self.base + self.span * h
+            return torch.full_like(x, self.base)
+        u = ((x - self.x0) / self.scale).clamp_(0.0, self.nx - 1.0)
+        v = ((y - self.y0) / self.scale).clamp_(0.0, self.ny - 1.0)
+        i = u.floor().clamp_(max=self.nx - 2)
+        j = v.floor().clamp_(max=self.ny - 2)
+        fu, fv = u.sub_(i), v.sub_(j)
+        # corner (i, j) is MuJoCo's row j, column i; exact in float32 below 2**24 samples
+        idx = (j * self.nx + i).long().reshape(-1)
+        upper = (fv > fu).reshape(-1)  # triangle (i,j),(i,j+1),(i+1,j+1); else (i,j),(i+1,j),(i+1,j+1)
+        mid = idx + 1 + (self.nx - 1) * upper  # (i, j+1) in the upper triangle, (i+1, j) in the lower
+        h00 = self._flat.index_select(0, idx)
+        h11 = self._flat.index_select(0, idx + (self.nx + 1))
+        h_mid = self._flat.index_select(0, mid)
+        f_mid = torch.maximum(fu, fv).reshape(-1)  # the fraction along the first triangle edge
+        f_far = torch.minimum(fu, fv).reshape(-1)
+        h = torch.addcmul(h00, f_mid, h_mid - h00).addcmul_(f_far, h11 - h_mid)
+        return h.mul_(self.span).add_(self.base).reshape(x.shape).to(x.dtype)
 
 
 # ---- curriculum ------------------------------------------------------------------------------
