@@ -21,6 +21,7 @@ from __future__ import annotations
 
 import argparse
 import array
+import gc
 import json
 import math
 import os
@@ -139,18 +140,22 @@ def run(steps: int, rclpy_like: bool, progress: bool = True) -> dict[str, Any]:
     if core.state is not ControllerState.POLICY:
         raise RuntimeError(f"controller not in POLICY after warm-up: {core.state} ({core.fault})")
 
+    gc.freeze()  # as the controller node does after start-up
     samples = np.empty(steps, dtype=np.int64)
     clock = time.perf_counter_ns
     report_every = max(steps // 10, 1)
-    for i in range(steps):
-        t += dt
-        if i % 20 == 0:
-            core.on_command(msgs["command"][0], t)
-        start = clock()
-        one_step(i)
-        samples[i] = clock() - start
-        if progress and (i + 1) % report_every == 0:
-            print(f"  {i + 1}/{steps} steps", flush=True)
+    try:
+        for i in range(steps):
+            t += dt
+            if i % 20 == 0:
+                core.on_command(msgs["command"][0], t)
+            start = clock()
+            one_step(i)
+            samples[i] = clock() - start
+            if progress and (i + 1) % report_every == 0:
+                print(f"  {i + 1}/{steps} steps", flush=True)
+    finally:
+        gc.unfreeze()
     if core.state is not ControllerState.POLICY:
         raise RuntimeError(f"controller left POLICY during the benchmark: {core.fault}")
 

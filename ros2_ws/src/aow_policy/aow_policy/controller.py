@@ -239,6 +239,7 @@ class ControllerCore:
                 robot.height_scan, cfg.height_sampling, cfg.min_height_valid_fraction, out=self.inputs.heights
             )
         self._joint_reader = JointStateReader(robot.joint_names)
+        self._reader_pos_vel = self._joint_reader.values[:2]
         self._base = BaseState()
         self._yaw = 0.0  # of the last accepted odometry (the BaseState holds the last received)
         self._odom_frame = ""
@@ -313,7 +314,7 @@ class ControllerCore:
             return self._refuse("joint_states", "JointState has no velocities")
         # One test for NaN, inf and implausible values: |x - centre| <= half-width fails for all of them.
         dev = self._deviation
-        np.subtract(reader.values[:2], self._meas_center, out=dev)
+        np.subtract(self._reader_pos_vel, self._meas_center, out=dev)
         np.abs(dev, out=dev)
         np.less_equal(dev, self._meas_half, out=self._meas_ok)
         if np.count_nonzero(self._meas_ok) != self._meas_ok.size:  # count_nonzero: cheaper than .all()

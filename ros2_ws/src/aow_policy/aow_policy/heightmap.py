@@ -131,7 +131,7 @@ class HeightScanner:
         a10, a11, a12 = -s * inv, -c * inv, (layer.center_y + 0.5 * layer.length_y - half - base_y) * inv
         a = self._affine
         a[0, 0], a[0, 1], a[0, 2], a[1, 0], a[1, 1], a[1, 2] = a00, a01, a02, a10, a11, a12
-        np.matmul(a, self._local, out=self._k)
+        a.dot(self._local, out=self._k)  # ndarray.dot: the cheapest call for this small product
         if self.method == "bilinear":
             hi_x, hi_y = layer.rows - 1 - 1e-9, layer.cols - 1 - 1e-9
             interior = True
