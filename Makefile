@@ -30,7 +30,7 @@ colcon-build: $(COLCON_STAMP)
 	cd ros2_ws && ../$(COLCON_VENV)/bin/colcon build --base-paths src
 
 demo: install
-	$(BIN)/python -m training.sim.demo_stand_roll
+	DEMO_MINUTES=$(DEMO_MINUTES) $(BIN)/python -m demo
 
 lint: install
 	$(BIN)/ruff check .

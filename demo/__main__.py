@@ -1,0 +1,128 @@
+"""The toolkit's main job, end to end, offline (`make demo`, or `python -m demo --help`).
+
+1. Train N-P3O on ``aow_flat`` for a bounded wall-clock budget (``DEMO_MINUTES``, default 10).
+2. Export the last checkpoint to ONNX with its contract, verified against PyTorch.
+3. Run the exported policy in sim-to-sim for 30 s through the deployment runtime with a scripted
+   command sequence (forward, sideways, turning, stop), recording a rosbag2.
+4. Replay that bag into violation statistics, tables and plots.
+5. Print a short summary with the paths of every artifact.
+"""
+
+from __future__ import annotations
+
+import argparse
+import json
+import os
+import sys
+import time
+from pathlib import Path
+from typing import Any
+
+DEFAULT_OUT = Path("demo_output")
+
+
+def build_parser() -> argparse.ArgumentParser:
+    p = argparse.ArgumentParser(
+        prog="python -m demo", description=__doc__, formatter_class=argparse.RawTextHelpFormatter
+    )
+    p.add_argument(
+        "--minutes",
+        type=float,
+        default=float(os.environ.get("DEMO_MINUTES", "10")),
+        help="training budget in wall-clock minutes (default: $DEMO_MINUTES or 10)",
+    )
+    p.add_argument("--out", type=Path, default=DEFAULT_OUT, help="where all artifacts go (default %(default)s)")
+    p.add_argument("--num-envs", type=int, default=int(os.environ.get("DEMO_ENVS", "256")), help="parallel envs")
+    p.add_argument("--algo", default="np3o", help="training algorithm (default %(default)s)")
+    p.add_argument("--task", default="aow_flat", help="training task (default %(default)s)")
+    p.add_argument("--sim-seconds", type=float, default=30.0, help="sim-to-sim duration (default %(default)s)")
+    p.add_argument("--seed", type=int, default=0)
+    p.add_argument("--no-progress", action="store_true", help="no progress bars")
+    return p
+
+
+def stage(n: int, title: str) -> None:
+    print(f"\n=== [{n}/4] {title} ===", flush=True)
+
+
+def train(args: argparse.Namespace, run_dir: Path) -> dict[str, Any]:
+    from training.config import TrainConfig
+    from training.runner import Runner
+
+    cfg = TrainConfig(
+        task=args.task, algo=args.algo, num_envs=args.num_envs, iterations=100_000, seed=args.seed, save_interval=25
+    )
+    cfg.validate()
+    runner = Runner(cfg, run_dir=run_dir, progress=not args.no_progress, tensorboard=True)
+    history = runner.learn(time_budget_s=60.0 * args.minutes)
+    last = history[-1] if history else {}
+    return {
+        "iterations": runner.iteration,
+        "mean_reward": last.get("mean_reward"),
+        "violations_per_episode": last.get("violations_per_episode"),
+        "checkpoint": str(runner.last_checkpoint),
+    }
+
+
+def main(argv: list[str] | None = None) -> int:
+    args = build_parser().parse_args(argv)
+    if not args.minutes > 0:
+        print(f"demo: --minutes must be positive, got {args.minutes}", file=sys.stderr)
+        return 2
+    out = args.out
+    out.mkdir(parents=True, exist_ok=True)
+    run_dir = out / f"run_{time.strftime('%Y%m%d-%H%M%S')}"
+    policy_path = run_dir / "policy.onnx"
+    bag_dir = run_dir / "sim2sim_bag"
+    report_dir = run_dir / "replay_report"
+    started = time.perf_counter()
+
+    stage(1, f"training {args.algo} on {args.task} for {args.minutes:g} min ({args.num_envs} envs)")
+    trained = train(args, run_dir)
+
+    stage(2, "exporting to ONNX and verifying against PyTorch")
+    from export.pipeline import export_policy
+
+    exported = export_policy(run_dir, policy_path)
+
+    stage(3, f"sim-to-sim: {args.sim_seconds:g} s, forward / sideways / turning / stop, recorded to a bag")
+    import sim2sim
+
+    sim = sim2sim.run(exported.onnx_path, duration=args.sim_seconds, record=bag_dir, progress=not args.no_progress)
+    print(sim.format())
+    (run_dir / "sim2sim.json").write_text(json.dumps(sim.to_dict(), indent=2, default=str))
+
+    stage(4, "replaying the bag into violation statistics")
+    from hardware_logs.cli import run as replay
+
+    argv_replay = [str(bag_dir), "--out", str(report_dir)] + (["--no-progress"] if args.no_progress else [])
+    if replay(argv_replay) != 0:
+        print("demo: the replay failed; see above", file=sys.stderr)
+        return 1
+    summary = json.loads((report_dir / "summary.json").read_text())
+
+    print("\n=== summary ===")
+    print(
+        f"training: {trained['iterations']} iterations, mean reward {trained['mean_reward']:.3f}, "
+        f"violations per episode {trained['violations_per_episode']:.2f}"
+    )
+    for seg in sim.segments:
+        err = seg.mean_abs_error_settled or seg.mean_abs_error
+        shown = "no samples in POLICY" if err is None else "vx {:.3f} m/s, vy {:.3f} m/s, yaw {:.3f} rad/s".format(*err)
+        print(f"sim-to-sim tracking error, {seg.name} (cmd {seg.command}): {shown}")
+    vel, tq = summary["velocity"], summary["torque"]
+    print(
+        f"sim-to-sim violations: velocity {vel['events']} events ({vel['samples_over']}/{vel['samples']} samples), "
+        f"torque {tq['events']} events; per 20 s window: velocity {vel['violations_per_window']}, "
+        f"torque {tq['violations_per_window']}; fell: {sim.fell}"
+    )
+    print(f"checkpoint: {trained['checkpoint']}")
+    print(f"policy:     {exported.onnx_path} (+ {exported.yaml_path.name})")
+    print(f"bag:        {bag_dir}")
+    print(f"report:     {report_dir}")
+    print(f"demo took {time.perf_counter() - started:.0f} s")
+    return 0
+
+
+if __name__ == "__main__":
+    sys.exit(main())
