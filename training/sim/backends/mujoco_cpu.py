@@ -147,8 +147,11 @@ class MujocoBackend:
         self._expected_time += self.decimation * self.physics_dt
         self._state = None
 
-    def step_physics_only(self) -> None:
-        """Step with the current controls and no state gathering (the benchmark's baseline)."""
+    def step_physics_only(self, targets: torch.Tensor | np.ndarray | None = None) -> None:
+        """Step with the given (or the current) controls and no state gathering: the benchmark's
+        baseline, the same pool doing only the physics."""
+        if targets is not None:
+            self._ctrl[:, self._act_ids] = np.asarray(targets, dtype=np.float64)
         self._run(gather=False)
         self._expected_time += self.decimation * self.physics_dt
         self._state = None
@@ -238,9 +241,27 @@ class MujocoBackend:
             self._qvel[i, v : v + 2] = self.datas[i].qvel[v : v + 2]
         self._state = None
 
-    def set_targets(self, targets: torch.Tensor) -> None:
-        """Set controls without stepping (benchmark set-up)."""
-        self._ctrl[:, self._act_ids] = targets.detach().to("cpu", torch.float64).numpy()
+    def last_targets(self) -> np.ndarray:
+        """The joint targets of the last step [N, J] (a copy)."""
+        return self._ctrl[:, self._act_ids].copy()
+
+    def save_states(self) -> np.ndarray:
+        """Every env's full integration state (the benchmark replays physics from it)."""
+        spec = mujoco.mjtState.mjSTATE_INTEGRATION
+        out = np.zeros((self.num_envs, mujoco.mj_stateSize(self.model, spec)))
+        for i, d in enumerate(self.datas):
+            mujoco.mj_getState(self.env_models[i], d, out[i], spec)
+        return out
+
+    def load_states(self, states: np.ndarray, expected_time: np.ndarray | None = None) -> None:
+        spec = mujoco.mjtState.mjSTATE_INTEGRATION
+        for i, d in enumerate(self.datas):
+            mujoco.mj_setState(self.env_models[i], d, states[i], spec)
+            mujoco.mj_forward(self.env_models[i], d)
+            self._gather_one(i)
+        if expected_time is not None:
+            self._expected_time[:] = expected_time
+        self._state = None
 
     def physics_params(self) -> torch.Tensor:
         return torch.as_tensor(self.variant_params[self.env_variant], dtype=torch.float32, device=self.device)
