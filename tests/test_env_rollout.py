@@ -160,6 +160,10 @@ def test_rough_env_scan_is_the_collision_surface():
         obs = env.reset()
         model, data = env.sim.env_models[0], env.sim.datas[0]
         assert model.geom_type[env.sim.scene.floor_geom_id] == mujoco.mjtGeom.mjGEOM_HFIELD
+        # Randomised physics variants are copies of the scene's model: the same field in each.
+        assert len(env.sim.models) > 1
+        for variant in env.sim.models:
+            assert np.array_equal(variant.hfield_data, env.sim.model.hfield_data)
         s = env.sim.state()
         yaw = torch.atan2(
             2 * (s.base_quat[0, 0] * s.base_quat[0, 3] + s.base_quat[0, 1] * s.base_quat[0, 2]),

@@ -3,7 +3,7 @@
 from __future__ import annotations
 
 from dataclasses import dataclass
-from typing import Protocol
+from typing import Any, Protocol
 
 import torch
 
@@ -58,6 +58,8 @@ class SimBackend(Protocol):
     terminal_contacts: torch.Tensor  # [C] bool: which watched parts end an episode (base, thighs)
     physics_dt: float
     decimation: int
+    standing_height: float  # base height of the default pose on flat ground (m)
+    height_sampler: Any  # training.sim.terrain.HeightSampler over the ground the robots touch
 
     def step(self, targets: torch.Tensor) -> None:
         """Apply joint targets [N, J] (legs: position, wheels: velocity) for ``decimation`` physics
