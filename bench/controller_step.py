@@ -127,11 +127,14 @@ def run(steps: int, rclpy_like: bool, progress: bool = True) -> dict[str, Any]:
     if not ok:
         raise RuntimeError(why)
 
-    def one_step(i: int) -> None:
+    def one_step(i: int) -> int:
+        """Runs one step; returns the clock after the conversions (before core.step)."""
         core.on_joint_state(js[i % POOL], t)
         core.on_odometry(odom[i % POOL], t)
         core.on_grid_map(maps[(i // 5) % 2], t)  # a new map every 5th step (10 Hz at 50 Hz)
+        converted = time.perf_counter_ns()
         core.step(t)
+        return converted
 
     for i in range(200):  # warm-up: stand-up, then POLICY
         t += dt
@@ -142,6 +145,7 @@ def run(steps: int, rclpy_like: bool, progress: bool = True) -> dict[str, Any]:
 
     gc.freeze()  # as the controller node does after start-up
     samples = np.empty(steps, dtype=np.int64)
+    conversions = np.empty(steps, dtype=np.int64)
     clock = time.perf_counter_ns
     report_every = max(steps // 10, 1)
     try:
@@ -150,8 +154,9 @@ def run(steps: int, rclpy_like: bool, progress: bool = True) -> dict[str, Any]:
             if i % 20 == 0:
                 core.on_command(msgs["command"][0], t)
             start = clock()
-            one_step(i)
+            converted = one_step(i)
             samples[i] = clock() - start
+            conversions[i] = converted - start
             if progress and (i + 1) % report_every == 0:
                 print(f"  {i + 1}/{steps} steps", flush=True)
     finally:
@@ -171,6 +176,8 @@ def run(steps: int, rclpy_like: bool, progress: bool = True) -> dict[str, Any]:
     step_stats, inference = percentiles(samples), percentiles(baseline)
     return {
         **step_stats,
+        "conversions_p50_us": float(np.percentile(conversions, 50)) / 1e3,
+        "core_step_p50_us": float(np.percentile(samples - conversions, 50)) / 1e3,
         "inference_p50_us": inference["p50_us"],
         "inference_p99_us": inference["p99_us"],
         "step_over_inference_p50": step_stats["p50_us"] / inference["p50_us"],

@@ -238,7 +238,7 @@ class ControllerCore:
             self.scanner = HeightScanner(
                 robot.height_scan, cfg.height_sampling, cfg.min_height_valid_fraction, out=self.inputs.heights
             )
-        self._joint_reader = JointStateReader(robot.joint_names)
+        self._joint_reader = JointStateReader(robot.joint_names, read_effort=False)
         self._reader_pos_vel = self._joint_reader.values[:2]
         self._base = BaseState()
         self._yaw = 0.0  # of the last accepted odometry (the BaseState holds the last received)

@@ -86,6 +86,7 @@ class HeightScanner:
         self._inside = np.ones(n, dtype=bool)
         self._wsum = np.empty(n)
         self._table_key: tuple[int, ...] | None = None
+        self._table_layer: GridMapLayer | None = None
         self._row_table = np.empty(0, dtype=np.intp)
         self._col_table = np.empty(0, dtype=np.intp)
         if out is not None and (out.shape != (n,) or out.dtype != np.float64):
@@ -104,6 +105,9 @@ class HeightScanner:
 
     def _tables(self, layer: GridMapLayer) -> None:
         """Unwrapped index along each axis -> its part of the flat buffer offset."""
+        if layer is self._table_layer:
+            return
+        self._table_layer = layer
         key = (layer.rows, layer.cols, layer.outer_start, layer.inner_start, layer.row_stride, layer.col_stride)
         if key == self._table_key:
             return

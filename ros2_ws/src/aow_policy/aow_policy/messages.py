@@ -92,8 +92,10 @@ class JointStateReader:
 
     _MAX_CACHED_LAYOUTS = 16
 
-    def __init__(self, joint_names: Sequence[str]):
+    def __init__(self, joint_names: Sequence[str], read_effort: bool = True):
+        """``read_effort=False`` skips the effort field (the controller does not use it)."""
         self.joint_names = tuple(joint_names)
+        self.read_effort = read_effort
         n = len(self.joint_names)
         self.values = np.full((3, n), np.nan)  # rows: position, velocity, effort
         self.position, self.velocity, self.effort = self.values
@@ -134,7 +136,8 @@ class JointStateReader:
             raise MessageError(f"JointState.position has {len(position)} values for {count} names")
         position.take(index, out=self.position, mode="clip")  # "raise" would allocate; index is valid
         self.has_velocity = self._optional(msg.velocity, "velocity", index, count, self.velocity)
-        self.has_effort = self._optional(msg.effort, "effort", index, count, self.effort)
+        if self.read_effort:
+            self.has_effort = self._optional(msg.effort, "effort", index, count, self.effort)
         self.stamp = stamp_to_seconds(msg.header.stamp)
 
     @staticmethod
@@ -337,9 +340,11 @@ _COLUMN, _ROW = "column_index", "row_index"
 
 def grid_map_layer(msg: Any, layer: str = "elevation") -> GridMapLayer:
     """Select a layer of a GridMap by name and describe its storage; raises MessageError if malformed."""
-    layers = list(msg.layers)
-    if layer not in layers:
-        raise MessageError(f"GridMap has no layer {layer!r} (layers: {layers})")
+    layers = msg.layers
+    try:
+        position = layers.index(layer)
+    except ValueError:
+        raise MessageError(f"GridMap has no layer {layer!r} (layers: {list(layers)})") from None
     if len(msg.data) != len(layers):
         raise MessageError(f"GridMap has {len(layers)} layer names but {len(msg.data)} data arrays")
     info = msg.info
@@ -352,8 +357,8 @@ def grid_map_layer(msg: Any, layer: str = "elevation") -> GridMapLayer:
     rows_expected = round(info.length_x / res)
     cols_expected = round(info.length_y / res)
 
-    array_msg = msg.data[layers.index(layer)]
-    dims = list(array_msg.layout.dim)
+    array_msg = msg.data[position]
+    dims = array_msg.layout.dim
     if len(dims) != 2:
         raise MessageError(f"GridMap layer {layer!r}: expected 2 layout dimensions, got {len(dims)}")
     labels = (dims[0].label, dims[1].label)

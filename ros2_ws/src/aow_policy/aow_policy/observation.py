@@ -178,7 +178,11 @@ class ObservationBuilder:
         self._work = np.zeros(dim)
         self.observation = np.zeros(dim, dtype=np.float32)
         np.copyto(self._bias, self._bias_const)
-        self._bias_views = [(self._bias[sl], self._bias_const[sl], self._base_z_gain[sl]) for sl in self._base_z_slices]
+        # per height term: (its bias view, constant part, base_z gain); both parts are uniform in a term
+        self._bias_views = [
+            (self._bias[sl], float(self._bias_const[sl][0]), float(self._base_z_gain[sl][0]))
+            for sl in self._base_z_slices
+        ]
         self.needs_height_scan = layout.has("height_scan")
 
     def build(self, inputs: RobotInputs) -> np.ndarray:
@@ -189,8 +193,7 @@ class ObservationBuilder:
         if self._bias_views:
             base_z = float(inputs.vector[self._base_z_index])
             for bias, const, gain in self._bias_views:
-                np.multiply(gain, base_z, out=bias)
-                np.add(bias, const, out=bias)
+                bias.fill(const + gain * base_z)
         inputs.vector.take(self._index, out=work, mode="clip")  # "raise" would allocate a buffer
         np.multiply(work, self._gain, out=work)
         np.add(work, self._bias, out=work)
