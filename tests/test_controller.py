@@ -501,22 +501,31 @@ _HYPOTHESIS_RIG.feed(0.0)
 # ---- hot path --------------------------------------------------------------------------------------
 
 
-def test_step_allocates_no_arrays():
-    """Over 200 POLICY steps the traced peak grows by small temporaries only (numpy scalars, views).
+@pytest.mark.parametrize("state", ["POLICY", "STAND_UP", "DAMPING"])
+def test_step_allocates_no_arrays(state):
+    """Over 200 steps the traced peak grows by small temporaries only (numpy scalars, views).
 
     A single array of the scan's size (187 float64 = 1496 bytes of data) would exceed the bound.
     """
     out = np.zeros(N, dtype=np.float32)
-    rig = Rig(fn=lambda obs: out).to_policy()
+    rig = Rig(fn=lambda obs: out, config=ControllerConfig(stand_up_duration=100.0))
+    rig.feed(0.0)
     core = rig.core
-    for _ in range(20):  # warm caches (scanner tables, ufunc loops)
-        core.step(rig.t)
+    if state == "POLICY":
+        rig.core = core = ControllerCore(ROBOT, rig.policy, CFG)
+        rig.to_policy()
+    elif state == "STAND_UP":
+        assert core.start(0.0)[0]
+    else:
+        core.stop(0.0)
+    for i in range(20):  # warm caches (scanner tables, ufunc loops)
+        core.step(rig.t + i * 1e-4)
     tracemalloc.start()
     base, _ = tracemalloc.get_traced_memory()
     tracemalloc.reset_peak()
-    for _ in range(200):
-        cmd = core.step(rig.t)
+    for i in range(200):
+        cmd = core.step(rig.t + 0.002 + i * 1e-4)
     _, peak = tracemalloc.get_traced_memory()
     tracemalloc.stop()
-    assert cmd.state is S.POLICY
+    assert cmd.state.value == state
     assert peak - base < 1400, f"step() allocated {peak - base} bytes at peak"

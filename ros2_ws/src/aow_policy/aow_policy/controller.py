@@ -203,7 +203,7 @@ class ControllerCore:
         cfg = self.config
         n = len(robot.joints)
         self.joint_names = robot.joint_names
-        self._legs = np.array([j.kind == "leg" for j in robot.joints])
+        self._wheels = np.array([j.kind != "leg" for j in robot.joints])
 
         # action i drives joint i: check_fits_robot refuses any other joint order
         self._action_joint = robot.index_of(contract.joint_names)
@@ -484,12 +484,11 @@ class ControllerCore:
         duration = self.config.stand_up_duration
         s = 1.0 if duration <= 0 else min(max((now - self._stand_t0) / duration, 0.0), 1.0)
         a = s * s * (3.0 - 2.0 * s)  # smoothstep: zero velocity at both ends, exactly 1 at s = 1
-        legs = self._legs
         # (1 - a) q0 + a q_default: at a = 1 the first product is exactly 0, so the sum is the default
         np.multiply(self._stand_q0, 1.0 - a, out=self._stand_tmp)
         np.multiply(self.robot.default_positions, a, out=cmd.position)
         np.add(cmd.position, self._stand_tmp, out=cmd.position)
-        np.copyto(cmd.position, self._measured_position, where=~legs)  # wheels: no position target
+        np.copyto(cmd.position, self._measured_position, where=self._wheels)  # wheels: no position target
         cmd.velocity.fill(0.0)
         self._set_gains()
         self._stand_done = s >= 1.0
