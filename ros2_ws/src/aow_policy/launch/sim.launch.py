@@ -4,9 +4,10 @@
     ros2 service call /controller_node/start std_srvs/srv/Trigger
 
 The bridge is the executable ``aow-sim-bridge`` of the toolkit's sim2sim package (installed with
-the repository root: ``pip install -e .``); it publishes joint_states, odometry and elevation_map
-and applies joint_commands. Hook: ``sim_bridge_executable`` names the program (a path, or a name
-on PATH) and ``sim_bridge_args`` adds its arguments (``aow-sim-bridge --help``), e.g. terrain.
+the repository root: ``pip install -e .``); it publishes joint_states, odometry, elevation_map and
+/clock, and applies joint_commands. Hook: ``sim_bridge_executable`` names the program (a path, or
+a name on PATH) and ``sim_bridge_args`` adds its arguments (``aow-sim-bridge --help``), e.g.
+``sim_bridge_args:="--terrain rough --robot /path/aow_c.yaml"``; it runs in ``namespace`` too.
 Arguments: those of controller.launch.py plus sim_bridge_executable, sim_bridge_args, use_bridge.
 """
 
@@ -19,7 +20,7 @@ from launch import LaunchDescription
 from launch.actions import DeclareLaunchArgument, ExecuteProcess, IncludeLaunchDescription
 from launch.conditions import IfCondition
 from launch.launch_description_sources import PythonLaunchDescriptionSource
-from launch.substitutions import LaunchConfiguration
+from launch.substitutions import LaunchConfiguration, PythonExpression
 
 # name: (default, description); a default of None makes the argument required.
 ARGUMENTS = {
@@ -28,7 +29,7 @@ ARGUMENTS = {
     "params_file": ("<share>/config/controller.yaml", "Node parameters YAML (defaults: the package's)"),
     "namespace": ("", "Namespace of the nodes and their relative topics"),
     "use_monitor": ("true", "Also run the violation monitor"),
-    "use_sim_time": ("false", "Use /clock: set true when the bridge publishes simulation time on /clock"),
+    "use_sim_time": ("true", "Follow /clock, which the bridge publishes (false with sim_bridge_args:=--no-clock)"),
     "log_dir": ("~/.ros/aow_violations", "Directory for the violation monitor's logs"),
     "use_bridge": ("true", "Start the sim bridge (false: bring your own simulator on the same topics)"),
     "sim_bridge_executable": ("aow-sim-bridge", "The sim bridge program (from the toolkit's sim2sim package)"),
@@ -49,9 +50,20 @@ def declare_arguments(share: str) -> list[DeclareLaunchArgument]:
 
 def generate_launch_description() -> LaunchDescription:
     share = get_package_share_directory("aow_policy")
+    namespace = LaunchConfiguration("namespace")
     bridge = ExecuteProcess(
-        # one shell command line: the executable, then its free-form arguments
-        cmd=[[LaunchConfiguration("sim_bridge_executable"), " ", LaunchConfiguration("sim_bridge_args")]],
+        # one shell command line: the executable, its free-form arguments, then the namespace
+        cmd=[
+            [
+                LaunchConfiguration("sim_bridge_executable"),
+                " ",
+                LaunchConfiguration("sim_bridge_args"),
+                " ",
+                PythonExpression(
+                    ["'--ros-args -r __ns:=/' + '", namespace, "'.strip('/') if '", namespace, "' else ''"]
+                ),
+            ]
+        ],
         shell=True,
         name="sim_bridge",
         output="screen",
