@@ -17,32 +17,18 @@ import torch
 
 from aow_policy.layout import ObservationLayout
 from aow_policy.robot import Robot
+from aow_policy.testing import locomotion_layout
 from training.checkpoint import save_checkpoint
 from training.networks import ActorCritic, NetworkConfig, ObsNormalizer
 
 
 def paper_observation_layout(robot: Robot, height_scan: bool = True) -> ObservationLayout:
-    """Proprioception (+ height scan): 56 + 187 values for the AoW, as in the paper's robot task."""
-    terms: list[dict[str, Any]] = [
-        {"name": "base_lin_vel", "size": 3, "scale": 2.0},
-        {"name": "base_ang_vel", "size": 3, "scale": 0.25},
-        {"name": "projected_gravity", "size": 3},
-        {"name": "velocity_commands", "size": 3},
-        {"name": "joint_pos", "size": len(robot.leg_joint_names), "joints": list(robot.leg_joint_names)},
-        {"name": "joint_vel", "size": len(robot.joint_names), "scale": 0.05, "joints": list(robot.joint_names)},
-        {"name": "last_action", "size": len(robot.joint_names)},
-    ]
-    if height_scan:
-        terms.append(
-            {
-                "name": "height_scan",
-                "size": robot.height_scan.num_points,
-                "scale": 5.0,
-                "clip": 1.0,
-                "params": {"height_offset": 0.5},
-            }
-        )
-    return ObservationLayout.build(terms)
+    """Proprioception (+ height scan): 56 + 187 values for the AoW, as in the paper's robot task.
+
+    The one definition lives in the runtime's test support (aow_policy.testing), which the
+    controller tests also use; tests/test_export_trained.py checks it equals the trained layout.
+    """
+    return locomotion_layout(robot, height_scan=height_scan)
 
 
 def robot_action_layout(robot: Robot) -> dict[str, list]:
