@@ -30,6 +30,7 @@ from __future__ import annotations
 
 import enum
 import inspect
+import itertools
 import math
 from dataclasses import dataclass, fields
 from typing import Any, Protocol
@@ -175,6 +176,14 @@ class _Ranges:
     velocity_high: np.ndarray
 
 
+def _adjacent_block(vector: np.ndarray, offsets: dict[str, slice], names: tuple[str, ...]) -> np.ndarray:
+    """The view of ``vector`` spanning the named fields, which must follow each other in this order."""
+    for before, after in itertools.pairwise(names):
+        if offsets[before].stop != offsets[after].start:
+            raise AssertionError(f"input fields {before} and {after} are not adjacent")
+    return vector[offsets[names[0]].start : offsets[names[-1]].stop]
+
+
 def _contract_of(policy: Any) -> PolicyContract:
     parsed = getattr(policy, "policy_contract", None)
     return parsed if isinstance(parsed, PolicyContract) else parse_contract(policy.contract)
@@ -240,7 +249,20 @@ class ControllerCore:
             )
         self._joint_reader = JointStateReader(robot.joint_names, read_effort=False)
         self._reader_pos_vel = self._joint_reader.values[:2]
-        self._base = BaseState()
+        # the odometry fields the inputs take, as views of one vector laid out as in the inputs
+        self._base_inputs = _adjacent_block(
+            self.inputs.vector,
+            self.inputs.offsets,
+            ("base_position", "base_linear_velocity", "base_angular_velocity", "projected_gravity"),
+        )
+        base_buffer = np.full(self._base_inputs.size, np.nan)
+        self._base = BaseState(
+            position=base_buffer[0:3],
+            linear_velocity=base_buffer[3:6],
+            angular_velocity=base_buffer[6:9],
+            projected_gravity=base_buffer[9:12],
+        )
+        self._base_buffer = base_buffer
         self._yaw = 0.0  # of the last accepted odometry (the BaseState holds the last received)
         self._odom_frame = ""
         self._command_in = np.zeros(3)
@@ -250,14 +272,31 @@ class ControllerCore:
         # the last valid measurement; the observation reads the same buffers
         self._measured_position = self.inputs.joint_position
         self._measured_velocity = self.inputs.joint_velocity
+        self._measured_pos_vel = _adjacent_block(
+            self.inputs.vector, self.inputs.offsets, ("joint_position", "joint_velocity")
+        ).reshape(2, n)
         self._has_measurement = False
 
         # outputs and work buffers
-        self.command = JointCommand.zeros(robot.joint_names)
+        command_block = np.zeros((5, n))  # position, velocity, effort, kp, kd
+        self.command = JointCommand(robot.joint_names, *command_block)
+        self._command_targets = command_block[:2]  # position and velocity targets, clipped in one call
+        r = self.ranges
+        self._targets_low = np.stack([r.position_low, r.velocity_low])
+        self._targets_high = np.stack([r.position_high, r.velocity_high])
         self._action = np.zeros(contract.num_actions)
-        self._targets = np.zeros(contract.num_actions)
-        self._policy_out = np.zeros(contract.num_actions, dtype=np.float32)
         self._finite_actions = np.zeros(contract.num_actions, dtype=bool)
+        # [offset + scale * action | measured position | 0]: one gather gives both target rows,
+        # legs (position mode): (target, 0); wheels: (measured position, target)
+        self._target_sources = np.zeros(2 * n + 1)
+        self._targets = self._target_sources[:n]
+        self._target_measured = self._target_sources[n : 2 * n]
+        joints = np.arange(n)
+        self._target_gather = np.concatenate(
+            [np.where(self._pos_mask, joints, n + joints), np.where(self._pos_mask, 2 * n, joints)]
+        ).astype(np.intp)
+        self._command_targets_flat = self._command_targets.reshape(-1)
+        self._policy_out = np.zeros(contract.num_actions, dtype=np.float32)
         self._policy_takes_out = "out" in inspect.signature(policy.__call__).parameters
         self._stand_q0 = np.zeros(n)
         self._stand_tmp = np.zeros(n)
@@ -319,8 +358,7 @@ class ControllerCore:
         np.less_equal(dev, self._meas_half, out=self._meas_ok)
         if np.count_nonzero(self._meas_ok) != self._meas_ok.size:  # count_nonzero: cheaper than .all()
             return self._refuse("joint_states", self._joint_problem(pos, vel))
-        np.copyto(self._measured_position, pos)
-        np.copyto(self._measured_velocity, vel)
+        np.copyto(self._measured_pos_vel, self._reader_pos_vel)
         self._has_measurement = True
         return self._accept("joint_states", now)
 
@@ -350,11 +388,7 @@ class ControllerCore:
         lin, ang = base.linear_speed, base.angular_speed
         if lin > self.config.max_base_linear_speed or ang > self.config.max_base_angular_speed:
             return self._refuse("odometry", f"implausible base velocity ({lin:.2f} m/s, {ang:.2f} rad/s)")
-        inp = self.inputs
-        np.copyto(inp.base_position, base.position)
-        np.copyto(inp.base_linear_velocity, base.linear_velocity)
-        np.copyto(inp.base_angular_velocity, base.angular_velocity)
-        np.copyto(inp.projected_gravity, base.projected_gravity)
+        np.copyto(self._base_inputs, self._base_buffer)
         self._yaw = base.yaw
         self._odom_frame = base.frame_id
         return self._accept("odometry", now)
@@ -430,12 +464,9 @@ class ControllerCore:
         elif self.state is ControllerState.ZERO_TORQUE:
             self._passive(damping=False)
 
-        cmd = self.command
-        r = self.ranges
-        np.maximum(cmd.position, r.position_low, out=cmd.position)
-        np.minimum(cmd.position, r.position_high, out=cmd.position)
-        np.maximum(cmd.velocity, r.velocity_low, out=cmd.velocity)
-        np.minimum(cmd.velocity, r.velocity_high, out=cmd.velocity)
+        cmd, targets = self.command, self._command_targets
+        np.maximum(targets, self._targets_low, out=targets)
+        np.minimum(targets, self._targets_high, out=targets)
         cmd.state = self.state
         cmd.stamp = now
         cmd.has_measurement = self._has_measurement
@@ -524,7 +555,7 @@ class ControllerCore:
             np.copyto(a, actions)
         except (ValueError, TypeError):
             return f"policy: returned shape {np.shape(actions)}, expected ({len(a)},)"
-        np.isfinite(a, out=self._finite_actions)
+        np.isfinite(a, out=self._finite_actions)  # (a dot product with zeros would warn on inf)
         if np.count_nonzero(self._finite_actions) != len(a):
             return "policy: non-finite action"
         if self._action_clip is not None:
@@ -536,11 +567,10 @@ class ControllerCore:
         t = self._targets
         np.multiply(a, self._action_scale, out=t)
         np.add(t, self._action_offset, out=t)
-        cmd = self.command  # action i drives joint i (check_fits_robot ensures the order)
-        np.copyto(cmd.position, self._measured_position)  # wheels: no position target
-        np.copyto(cmd.position, t, where=self._pos_mask)
-        np.copyto(cmd.velocity, t)
-        np.copyto(cmd.velocity, 0.0, where=self._pos_mask)  # legs: velocity target 0 (PD damping)
+        # action i drives joint i (check_fits_robot ensures the order); legs get velocity target 0
+        # (PD damping), wheels no position target (the measured one)
+        np.copyto(self._target_measured, self._measured_position)
+        self._target_sources.take(self._target_gather, out=self._command_targets_flat, mode="clip")
         self._set_gains()
         self.policy_steps += 1
         return None

@@ -34,6 +34,16 @@ class HeightScanError(ValueError):
     """The map cannot give a usable scan (too few points with data, or too old)."""
 
 
+def _index_pair_table(size: int, stride: int) -> np.ndarray:
+    """(2, 2 * size): row 0 is ``(a mod size) * stride``, row 1 the same for ``a + 1``.
+
+    For start index s, columns s .. s + size - 1 map the unwrapped index u to the buffer offsets
+    of u and u + 1 (buffer index ``(u + s) mod size``).
+    """
+    a = np.arange(2 * size, dtype=np.intp)
+    return np.stack([a % max(size, 1), (a + 1) % max(size, 1)]) * stride
+
+
 class HeightScanner:
     """Samples a :class:`GridMapLayer` at the rotated scan grid into preallocated buffers.
 
@@ -85,35 +95,45 @@ class HeightScanner:
         self._in2 = np.empty((2, n), dtype=bool)
         self._inside = np.ones(n, dtype=bool)
         self._wsum = np.empty(n)
-        self._table_key: tuple[int, ...] | None = None
+        self._lo = np.empty((2, n), dtype=np.intp)  # floor of k: rows ix0, iy0
+        self._geometry: tuple[int, ...] | None = None
         self._table_layer: GridMapLayer | None = None
-        self._row_table = np.empty(0, dtype=np.intp)
-        self._col_table = np.empty(0, dtype=np.intp)
+        self._row_pairs_all = self._col_pairs_all = np.empty((2, 0), dtype=np.intp)
+        self._row_pairs = self._col_pairs = np.empty((2, 0), dtype=np.intp)
+        self._row_table = self._col_table = np.empty(0, dtype=np.intp)
         if out is not None and (out.shape != (n,) or out.dtype != np.float64):
             raise ValueError(f"height scan output buffer must be float64 of shape ({n},), got {out.dtype} {out.shape}")
         self.heights = out if out is not None else np.empty(n)
         self.valid = np.zeros(n, dtype=bool)
         self.valid_fraction = 0.0
         # Views used by the fast path, made once: creating a view costs as much as a small ufunc call.
-        idx, off, flat, v64, lerp = self._idx, self._offsets, self._flat, self._v64, self._lerp
+        off, flat, v64, lerp = self._offsets, self._flat, self._v64, self._lerp
         self._fast = (
-            self._k, self._k0, self._frac, idx[:, 0], idx[0, 0], idx[0, 1], idx[1, 0], idx[1, 1],
-            off, off[0, 0], off[0, 1], off[1, 0], off[1, 1], flat, flat[0, 0], flat[0, 1], flat[1, 0], flat[1, 1],
+            self._k, self._k0, self._frac, self._lo, self._lo[0], self._lo[1],
+            off[0], off[1], off[0, 0], off[0, 1], off[1, 0], off[1, 1],
+            flat, flat[0, 0], flat[0, 1], flat[1, 0], flat[1, 1],
             self._v, v64, self._v_flat, self._ones, v64[0], v64[1], lerp, lerp[0], lerp[1],
             self._frac[0], self._frac[1], self.heights,
         )  # fmt: skip
 
     def _tables(self, layer: GridMapLayer) -> None:
-        """Unwrapped index along each axis -> its part of the flat buffer offset."""
+        """Unwrapped index along each axis -> its part of the flat buffer offset (and the next index's).
+
+        The tables are built once per storage geometry over two turns of the circular buffer, so a
+        map with other start indices (every new map of a robot-centric map) only takes views.
+        """
         if layer is self._table_layer:
             return
         self._table_layer = layer
-        key = (layer.rows, layer.cols, layer.outer_start, layer.inner_start, layer.row_stride, layer.col_stride)
-        if key == self._table_key:
-            return
-        self._row_table = ((np.arange(layer.rows) + layer.outer_start) % layer.rows) * layer.row_stride
-        self._col_table = ((np.arange(layer.cols) + layer.inner_start) % layer.cols) * layer.col_stride
-        self._table_key = key
+        geometry = (layer.rows, layer.cols, layer.row_stride, layer.col_stride)
+        if geometry != self._geometry:
+            self._row_pairs_all = _index_pair_table(layer.rows, layer.row_stride)
+            self._col_pairs_all = _index_pair_table(layer.cols, layer.col_stride)
+            self._geometry = geometry
+        rows, cols, outer, inner = layer.rows, layer.cols, layer.outer_start, layer.inner_start
+        self._row_pairs = self._row_pairs_all[:, outer : outer + rows]
+        self._col_pairs = self._col_pairs_all[:, inner : inner + cols]
+        self._row_table, self._col_table = self._row_pairs[0], self._col_pairs[0]
 
     def scan(self, layer: GridMapLayer, base_x: float, base_y: float, base_yaw: float) -> np.ndarray:
         """Heights (map frame, metres) at the grid points; returns the internal buffer.
@@ -157,17 +177,17 @@ class HeightScanner:
     def _bilinear_interior(self, layer: GridMapLayer) -> bool:
         """False (and nothing final written) when a gathered cell is NaN: the general path decides."""
         (
-            k, k0, frac, idx_lo, ix0, ix1, iy0, iy1,
-            off, rx0, rx1, cy0, cy1, flat, f00, f01, f10, f11,
+            k, k0, frac, lo, ix0, iy0,
+            off_rows, off_cols, rx0, rx1, cy0, cy1, flat, f00, f01, f10, f11,
             v, v64, v_flat, ones, v0, v1, lerp, lerp0, lerp1, fx, fy, heights,
         ) = self._fast  # fmt: skip
         np.floor(k, out=k0)
         np.subtract(k, k0, out=frac)
-        np.copyto(idx_lo, k0, casting="unsafe")  # integral values already
-        np.add(ix0, 1, out=ix1)  # per axis: a strided 2-D add would buffer
-        np.add(iy0, 1, out=iy1)
-        self._row_table.take(self._idx[0], out=off[0], mode="clip")  # "raise" would allocate
-        self._col_table.take(self._idx[1], out=off[1], mode="clip")
+        np.copyto(lo, k0, casting="unsafe")  # integral values already
+        # offsets of the cells at floor and floor + 1 along each axis, one gather per axis;
+        # mode="clip": "raise" would allocate (the indices are in range on this path)
+        self._row_pairs.take(ix0, axis=1, out=off_rows, mode="clip")
+        self._col_pairs.take(iy0, axis=1, out=off_cols, mode="clip")
         np.add(rx0, cy0, out=f00)
         np.add(rx0, cy1, out=f01)
         np.add(rx1, cy0, out=f10)
