@@ -1,0 +1,73 @@
+"""Shipped policies load against the robot contract; the sample bag replays; `make demo` runs end to end."""
+
+from __future__ import annotations
+
+import json
+import os
+import subprocess
+import sys
+from pathlib import Path
+
+import numpy as np
+import pytest
+
+from aow_policy.policy import PolicyRunner
+from aow_policy.robot import load_robot
+
+ROOT = Path(__file__).resolve().parents[1]
+POLICIES = sorted((ROOT / "policies").glob("*/policy.onnx"))
+
+
+@pytest.mark.parametrize("path", POLICIES, ids=[p.parent.name for p in POLICIES])
+def test_shipped_policy_loads_and_runs_against_the_robot_contract(path: Path):
+    robot = load_robot()
+    runner = PolicyRunner.load(path, robot)
+    assert runner.contract["robot"]["contract_hash"] == robot.contract_hash
+    assert [a["joint"] for a in runner.contract["actions"]] == list(robot.joint_names)
+    actions = runner(np.zeros(runner.obs_dim, dtype=np.float32))
+    assert actions.shape == (16,) and np.isfinite(actions).all()
+    assert path.stat().st_size < 5 * 2**20
+
+
+def test_there_are_shipped_policies():
+    assert {p.parent.name for p in POLICIES} >= {"aow_flat_np3o", "aow_flat_ppo"}
+
+
+def test_sample_bag_replays(tmp_path: Path):
+    bag = ROOT / "hardware_logs" / "samples" / "sim2sim_flat_np3o"
+    out = tmp_path / "report"
+    subprocess.run(
+        [sys.executable, "-m", "hardware_logs", str(bag), "--out", str(out), "--no-plots", "--no-progress", "--quiet"],
+        check=True,
+        cwd=ROOT,
+    )
+    summary = json.loads((out / "summary.json").read_text())
+    assert summary["velocity"]["samples"] == 8000 * 16  # 400 Hz x 20 s, joint samples of all 16 joints
+    assert summary["partial"] is False
+
+
+@pytest.mark.slow
+def test_make_demo_one_minute_end_to_end(tmp_path: Path):
+    """`python -m demo` (what `make demo` runs) with a one-minute budget; every artifact is valid."""
+    out = tmp_path / "demo"
+    env = {**os.environ, "DEMO_MINUTES": "1"}
+    subprocess.run(
+        [sys.executable, "-m", "demo", "--out", str(out), "--num-envs", "64", "--no-progress"],
+        check=True,
+        cwd=ROOT,
+        env=env,
+        timeout=900,
+    )
+    (run,) = out.glob("run_*")
+    from rosbags.highlevel import AnyReader
+
+    from training.checkpoint import latest_checkpoint, load_checkpoint
+
+    assert load_checkpoint(latest_checkpoint(run))["iteration"] >= 1
+    PolicyRunner.load(run / "policy.onnx", load_robot())
+    with AnyReader([run / "sim2sim_bag"]) as reader:
+        topics = {c.topic for c in reader.connections}
+        assert {"/joint_states", "/joint_commands", "/odometry", "/elevation_map", "/cmd_vel"} <= topics
+    summary = json.loads((run / "replay_report" / "summary.json").read_text())
+    assert summary["velocity"]["samples"] > 0 and "violations_per_window" in summary["velocity"]
+    assert json.loads((run / "sim2sim.json").read_text())["final_state"] == "POLICY"
