@@ -268,6 +268,9 @@ class ControllerCore:
         self._command_in = np.zeros(3)
         self._map: GridMapLayer | None = None
         self.status = {name: InputStatus() for name in INPUTS}
+        self._joint_status, self._odometry_status = self.status["joint_states"], self.status["odometry"]
+        self._map_status, self._command_status = self.status["height_map"], self.status["command"]
+        self._joint_max_age = cfg.joint_states_max_age
         self._pending_fault: str | None = None
         # the last valid measurement; the observation reads the same buffers
         self._measured_position = self.inputs.joint_position
@@ -334,8 +337,8 @@ class ControllerCore:
             self._pending_fault = f"{name}: {reason}"
         return False
 
-    def _accept(self, name: str, now: float) -> bool:
-        st = self.status[name]
+    @staticmethod
+    def _accept(st: InputStatus, now: float) -> bool:
         st.accepted += 1
         st.valid = True
         st.received = now
@@ -360,7 +363,7 @@ class ControllerCore:
             return self._refuse("joint_states", self._joint_problem(pos, vel))
         np.copyto(self._measured_pos_vel, self._reader_pos_vel)
         self._has_measurement = True
-        return self._accept("joint_states", now)
+        return self._accept(self._joint_status, now)
 
     def _joint_problem(self, pos: np.ndarray, vel: np.ndarray) -> str:
         def names(mask: np.ndarray) -> list[str]:
@@ -391,7 +394,7 @@ class ControllerCore:
         np.copyto(self._base_inputs, self._base_buffer)
         self._yaw = base.yaw
         self._odom_frame = base.frame_id
-        return self._accept("odometry", now)
+        return self._accept(self._odometry_status, now)
 
     @property
     def base_yaw(self) -> float:
@@ -408,7 +411,7 @@ class ControllerCore:
         if not all(math.isfinite(v) for v in self._command_in):
             self._command_in.fill(0.0)
             return self._refuse("command", "non-finite velocity command")
-        return self._accept("command", now)
+        return self._accept(self._command_status, now)
 
     def on_grid_map(self, msg: Any, now: float) -> bool:
         """grid_map_msgs/GridMap (the configured layer). False if refused."""
@@ -417,7 +420,7 @@ class ControllerCore:
         except (MessageError, AttributeError, TypeError) as e:
             return self._refuse("height_map", str(e))
         self._map = layer
-        return self._accept("height_map", now)
+        return self._accept(self._map_status, now)
 
     # ---- services ------------------------------------------------------------------------
     def start(self, now: float) -> tuple[bool, str]:
@@ -481,10 +484,12 @@ class ControllerCore:
         return cmd
 
     def _watchdog(self, now: float) -> str | None:
-        problem = self._age_problem("joint_states", self.config.joint_states_max_age, now)
-        if problem is None and self.state is ControllerState.POLICY:
-            problem = self._policy_inputs_problem(now)
-        return problem
+        # the common case (all fresh) is decided on cached floats; _age_problem words a failure
+        if now - self._joint_status.received > self._joint_max_age:
+            return self._age_problem("joint_states", self._joint_max_age, now)
+        if self.state is ControllerState.POLICY:
+            return self._policy_inputs_problem(now)
+        return None
 
     def _age_problem(self, name: str, max_age: float, now: float) -> str | None:
         st = self.status[name]
@@ -497,9 +502,12 @@ class ControllerCore:
 
     def _policy_inputs_problem(self, now: float) -> str | None:
         cfg = self.config
-        problem = self._age_problem("odometry", cfg.odometry_max_age, now)
+        problem = None
+        if now - self._odometry_status.received > cfg.odometry_max_age:
+            problem = self._age_problem("odometry", cfg.odometry_max_age, now)
         if problem is None and self.scanner is not None:
-            problem = self._age_problem("height_map", cfg.height_map_max_age, now)
+            if now - self._map_status.received > cfg.height_map_max_age:
+                problem = self._age_problem("height_map", cfg.height_map_max_age, now)
             if problem is None and cfg.height_map_stamp_max_age > 0:
                 age = now - self._map.stamp
                 if age > cfg.height_map_stamp_max_age:
@@ -526,7 +534,7 @@ class ControllerCore:
 
     def _policy(self, now: float) -> str | None:
         inputs, cfg = self.inputs, self.config
-        fresh = now - self.status["command"].received <= cfg.command_max_age
+        fresh = now - self._command_status.received <= cfg.command_max_age
         self.command_active = fresh
         if fresh:
             np.copyto(inputs.command, self._command_in)

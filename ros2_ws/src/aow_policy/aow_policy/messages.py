@@ -42,6 +42,7 @@ class MissingJointsError(MessageError):
 # ---- small helpers ---------------------------------------------------------------------------
 
 _TYPECODES = {np.dtype(np.float64): "d", np.dtype(np.float32): "f"}
+_FLOAT64, _FLOAT32 = np.dtype(np.float64), np.dtype(np.float32)
 
 
 def as_array(values: Any, dtype: Any = np.float64) -> np.ndarray:
@@ -103,6 +104,9 @@ class JointStateReader:
         self.has_effort = False
         self.stamp = math.nan
         self._layouts: dict[tuple[str, ...], tuple[np.ndarray, int]] = {}
+        # the last name list (a copy) and its layout: consecutive messages usually list the same names
+        self._last_names: list[str] | None = None
+        self._last_layout: tuple[np.ndarray, int] = (np.empty(0, dtype=np.intp), 0)
 
     def _layout(self, names: Any) -> tuple[np.ndarray, int]:
         key = tuple(names)
@@ -130,15 +134,30 @@ class JointStateReader:
         is neither 0 nor the number of names. Position is required; velocity and effort may be
         empty (then NaN, with ``has_velocity`` / ``has_effort`` False).
         """
-        index, count = self._layout(msg.name)
-        position = as_array(msg.position)
+        names = msg.name
+        # list == list compares the (usually identical) string objects: cheaper than hashing a tuple
+        if type(names) is list and names == self._last_names:
+            index, count = self._last_layout
+        else:
+            index, count = self._layout(names)
+            self._last_names = list(names) if type(names) is list else None
+            self._last_layout = (index, count)
+        position = msg.position
+        if type(position) is not np.ndarray or position.dtype is not _FLOAT64:
+            position = as_array(position)
         if len(position) != count:
             raise MessageError(f"JointState.position has {len(position)} values for {count} names")
         position.take(index, out=self.position, mode="clip")  # "raise" would allocate; index is valid
-        self.has_velocity = self._optional(msg.velocity, "velocity", index, count, self.velocity)
+        velocity = msg.velocity
+        if type(velocity) is np.ndarray and velocity.dtype is _FLOAT64 and len(velocity) == count:
+            velocity.take(index, out=self.velocity, mode="clip")  # the common case, without a call
+            self.has_velocity = True
+        else:
+            self.has_velocity = self._optional(velocity, "velocity", index, count, self.velocity)
         if self.read_effort:
             self.has_effort = self._optional(msg.effort, "effort", index, count, self.effort)
-        self.stamp = stamp_to_seconds(msg.header.stamp)
+        stamp = msg.header.stamp
+        self.stamp = stamp.sec + stamp.nanosec * 1e-9
 
     @staticmethod
     def _optional(values: Any, field_name: str, index: np.ndarray, count: int, out: np.ndarray) -> bool:
@@ -378,7 +397,9 @@ def grid_map_layer(msg: Any, layer: str = "elevation") -> GridMapLayer:
             f"GridMap layer {layer!r}: {rows} x {cols} cells, but length {info.length_x} x {info.length_y} m at "
             f"{res} m/cell gives {rows_expected} x {cols_expected}"
         )
-    values = as_array(array_msg.data, np.float32)
+    values = array_msg.data
+    if type(values) is not np.ndarray or values.dtype is not _FLOAT32:
+        values = as_array(values, np.float32)
     offset = int(array_msg.layout.data_offset)
     if len(values) != offset + rows * cols:
         raise MessageError(
@@ -389,22 +410,25 @@ def grid_map_layer(msg: Any, layer: str = "elevation") -> GridMapLayer:
     outer, inner = int(msg.outer_start_index), int(msg.inner_start_index)
     if not (0 <= outer < max(rows, 1) and 0 <= inner < max(cols, 1)):
         raise MessageError(f"GridMap start indices ({outer}, {inner}) outside the {rows} x {cols} buffer")
+    center, header = info.pose.position, msg.header
+    stamp = header.stamp
+    # positional: keyword arguments cost more than the rest of this conversion (field order above)
     return GridMapLayer(
-        values=values,
-        rows=rows,
-        cols=cols,
-        row_stride=row_stride,
-        col_stride=col_stride,
-        resolution=res,
-        length_x=float(info.length_x),
-        length_y=float(info.length_y),
-        center_x=float(info.pose.position.x),
-        center_y=float(info.pose.position.y),
-        outer_start=outer,
-        inner_start=inner,
-        frame_id=msg.header.frame_id,
-        stamp=stamp_to_seconds(msg.header.stamp),
-        layer=layer,
+        values,
+        rows,
+        cols,
+        row_stride,
+        col_stride,
+        res,
+        float(info.length_x),
+        float(info.length_y),
+        float(center.x),
+        float(center.y),
+        outer,
+        inner,
+        header.frame_id,
+        stamp.sec + stamp.nanosec * 1e-9,
+        layer,
     )
 
 
