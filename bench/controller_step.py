@@ -14,7 +14,10 @@ pose changes every step, so nothing is cached across steps.
 Baseline in the same run: ONNX inference alone on the same observations.
 The last stdout line with --json is one object with p50_us and p99_us of the step (goal: p99 <=
 200 us) and the baseline's inference_p50_us / inference_p99_us. The CPU is shared: timings vary
-with the load, which is reported (loadavg_1min).
+with the load, which is reported (loadavg_1min), together with the thread's CPU time per step
+(cpu_p50_us, cpu_p99_us) and how often the process was preempted during the timed steps
+(involuntary_context_switches): a wall-clock p99 far above the CPU-time p99 is time spent
+waiting for a core, not work of the step.
 """
 
 from __future__ import annotations
@@ -25,6 +28,7 @@ import gc
 import json
 import math
 import os
+import resource
 import tempfile
 import time
 from pathlib import Path
@@ -97,6 +101,13 @@ def build_messages(robot: Robot, factory: MessageFactory, rclpy_like: bool, seed
     return msgs
 
 
+def _involuntary_switches() -> int:
+    """Times this thread was preempted so far (-1 where RUSAGE_THREAD is not available)."""
+    if not hasattr(resource, "RUSAGE_THREAD"):
+        return -1
+    return resource.getrusage(resource.RUSAGE_THREAD).ru_nivcsw
+
+
 def percentiles(samples_ns: np.ndarray) -> dict[str, float]:
     us = samples_ns / 1e3
     return {
@@ -146,21 +157,27 @@ def run(steps: int, rclpy_like: bool, progress: bool = True) -> dict[str, Any]:
     gc.freeze()  # as the controller node does after start-up
     samples = np.empty(steps, dtype=np.int64)
     conversions = np.empty(steps, dtype=np.int64)
-    clock = time.perf_counter_ns
+    cpu = np.empty(steps, dtype=np.int64)
+    clock, cpu_clock = time.perf_counter_ns, time.thread_time_ns
     report_every = max(steps // 10, 1)
+    switches_before = _involuntary_switches()
     try:
         for i in range(steps):
             t += dt
             if i % 20 == 0:
                 core.on_command(msgs["command"][0], t)
+            cpu_start = cpu_clock()
             start = clock()
             converted = one_step(i)
-            samples[i] = clock() - start
+            end = clock()
+            cpu[i] = cpu_clock() - cpu_start
+            samples[i] = end - start
             conversions[i] = converted - start
             if progress and (i + 1) % report_every == 0:
                 print(f"  {i + 1}/{steps} steps", flush=True)
     finally:
         gc.unfreeze()
+    preemptions = _involuntary_switches() - switches_before
     if core.state is not ControllerState.POLICY:
         raise RuntimeError(f"controller left POLICY during the benchmark: {core.fault}")
 
@@ -181,6 +198,11 @@ def run(steps: int, rclpy_like: bool, progress: bool = True) -> dict[str, Any]:
         "inference_p50_us": inference["p50_us"],
         "inference_p99_us": inference["p99_us"],
         "step_over_inference_p50": step_stats["p50_us"] / inference["p50_us"],
+        # CPU time of this thread per step (clock_gettime(CLOCK_THREAD_CPUTIME_ID) around the step,
+        # so it also holds two clock reads): time spent preempted by other processes is not in it
+        "cpu_p50_us": float(np.percentile(cpu, 50)) / 1e3,
+        "cpu_p99_us": float(np.percentile(cpu, 99)) / 1e3,
+        "involuntary_context_switches": preemptions,
         "goal_p99_us": GOAL_P99_US,
         "meets_goal": step_stats["p99_us"] <= GOAL_P99_US,
         "steps": steps,
@@ -208,7 +230,9 @@ def main(argv: list[str] | None = None) -> int:
         f"controller step ({result['messages']}, {steps} steps): p50 {result['p50_us']:.1f} us, "
         f"p99 {result['p99_us']:.1f} us, max {result['max_us']:.0f} us (goal p99 <= {GOAL_P99_US:.0f} us: "
         f"{'met' if result['meets_goal'] else 'NOT met'}); ONNX inference alone p50 {result['inference_p50_us']:.1f} "
-        f"us, p99 {result['inference_p99_us']:.1f} us; load {result['loadavg_1min']:.2f}"
+        f"us, p99 {result['inference_p99_us']:.1f} us; thread CPU time per step p50 {result['cpu_p50_us']:.1f} us, "
+        f"p99 {result['cpu_p99_us']:.1f} us; preempted {result['involuntary_context_switches']} times; "
+        f"load {result['loadavg_1min']:.2f}"
     )
     if args.json:
         print(json.dumps(result))
