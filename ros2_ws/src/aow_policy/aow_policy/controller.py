@@ -222,6 +222,9 @@ class ControllerCore:
         self._action_scale = contract.action_scales
         self._action_offset = contract.action_offsets
         self._action_clip = contract.action_clip
+        if self._action_clip is not None:  # as arrays: a Python scalar operand is converted on every call
+            self._action_clip_low = np.full(contract.num_actions, -self._action_clip)
+            self._action_clip_high = np.full(contract.num_actions, self._action_clip)
         self.ranges = self._command_ranges()
 
         # plausibility bounds of measurements
@@ -567,8 +570,8 @@ class ControllerCore:
         if np.count_nonzero(self._finite_actions) != len(a):
             return "policy: non-finite action"
         if self._action_clip is not None:
-            np.maximum(a, -self._action_clip, out=a)
-            np.minimum(a, self._action_clip, out=a)
+            np.maximum(a, self._action_clip_low, out=a)
+            np.minimum(a, self._action_clip_high, out=a)
         np.copyto(inputs.last_action, a)
         # offset + scale * action; the clip to [low, high] is step()'s final clip, whose ranges are
         # the intersection of the action ranges with the joint limits
