@@ -52,6 +52,11 @@ from aow_policy.observation import ObservationBuilder, RobotInputs
 from aow_policy.policy_contract import PolicyContract, check_fits_robot, parse_contract
 from aow_policy.robot import Robot
 
+try:  # the C function without np.count_nonzero's Python wrapper (4x cheaper on a 16-element mask)
+    from numpy._core.multiarray import count_nonzero as _count_nonzero
+except ImportError:  # numpy < 2
+    _count_nonzero = np.count_nonzero
+
 
 class ControllerState(enum.Enum):
     ZERO_TORQUE = "ZERO_TORQUE"
@@ -362,9 +367,9 @@ class ControllerCore:
         np.subtract(self._reader_pos_vel, self._meas_center, out=dev)
         np.abs(dev, out=dev)
         np.less_equal(dev, self._meas_half, out=self._meas_ok)
-        if np.count_nonzero(self._meas_ok) != self._meas_ok.size:  # count_nonzero: cheaper than .all()
+        if _count_nonzero(self._meas_ok) != self._meas_ok.size:  # count_nonzero: cheaper than .all()
             return self._refuse("joint_states", self._joint_problem(pos, vel))
-        np.copyto(self._measured_pos_vel, self._reader_pos_vel)
+        self._measured_pos_vel[...] = self._reader_pos_vel  # [...] =: np.copyto has a Python dispatcher
         self._has_measurement = True
         return self._accept(self._joint_status, now)
 
@@ -394,7 +399,7 @@ class ControllerCore:
         lin, ang = base.linear_speed, base.angular_speed
         if lin > self.config.max_base_linear_speed or ang > self.config.max_base_angular_speed:
             return self._refuse("odometry", f"implausible base velocity ({lin:.2f} m/s, {ang:.2f} rad/s)")
-        np.copyto(self._base_inputs, self._base_buffer)
+        self._base_inputs[...] = self._base_buffer
         self._yaw = base.yaw
         self._odom_frame = base.frame_id
         return self._accept(self._odometry_status, now)
@@ -540,7 +545,7 @@ class ControllerCore:
         fresh = now - self._command_status.received <= cfg.command_max_age
         self.command_active = fresh
         if fresh:
-            np.copyto(inputs.command, self._command_in)
+            inputs.command[...] = self._command_in
         else:
             inputs.command.fill(0.0)
         if self.scanner is not None:
@@ -567,12 +572,12 @@ class ControllerCore:
         except (ValueError, TypeError):
             return f"policy: returned shape {np.shape(actions)}, expected ({len(a)},)"
         np.isfinite(a, out=self._finite_actions)  # (a dot product with zeros would warn on inf)
-        if np.count_nonzero(self._finite_actions) != len(a):
+        if _count_nonzero(self._finite_actions) != len(a):
             return "policy: non-finite action"
         if self._action_clip is not None:
             np.maximum(a, self._action_clip_low, out=a)
             np.minimum(a, self._action_clip_high, out=a)
-        np.copyto(inputs.last_action, a)
+        inputs.last_action[...] = a
         # offset + scale * action; the clip to [low, high] is step()'s final clip, whose ranges are
         # the intersection of the action ranges with the joint limits
         t = self._targets
@@ -580,7 +585,7 @@ class ControllerCore:
         np.add(t, self._action_offset, out=t)
         # action i drives joint i (check_fits_robot ensures the order); legs get velocity target 0
         # (PD damping), wheels no position target (the measured one)
-        np.copyto(self._target_measured, self._measured_position)
+        self._target_measured[...] = self._measured_position
         self._target_sources.take(self._target_gather, out=self._command_targets_flat, mode="clip")
         self._set_gains()
         self.policy_steps += 1

@@ -183,7 +183,7 @@ class HeightScanner:
         ) = self._fast  # fmt: skip
         np.floor(k, out=k0)
         np.subtract(k, k0, out=frac)
-        np.copyto(lo, k0, casting="unsafe")  # integral values already
+        lo[...] = k0  # integral values already; [...] = casts like np.copyto without its Python dispatcher
         # offsets of the cells at floor and floor + 1 along each axis, one gather per axis;
         # mode="clip": "raise" would allocate (the indices are in range on this path)
         self._row_pairs.take(ix0, axis=1, out=off_rows, mode="clip")
@@ -193,7 +193,7 @@ class HeightScanner:
         np.add(rx1, cy0, out=f10)
         np.add(rx1, cy1, out=f11)
         layer.values.take(flat, out=v, mode="clip")
-        np.copyto(v64, v)
+        v64[...] = v
         if math.isnan(v_flat.dot(ones)):  # NaN propagates through the dot product
             return False
         # lerp along x for both y corners, then along y

@@ -199,5 +199,5 @@ class ObservationBuilder:
         np.add(work, self._bias, out=work)
         np.maximum(work, self._low, out=work)
         np.minimum(work, self._high, out=work)
-        np.copyto(self.observation, work, casting="same_kind")
+        self.observation[...] = work  # float64 -> float32; [...] = skips np.copyto's Python dispatcher
         return self.observation
