@@ -77,6 +77,7 @@ class HeightScanner:
         xs, ys = points[:, 0].tolist(), points[:, 1].tolist()
         self._corners = [(x, y) for x in (min(xs), max(xs)) for y in (min(ys), max(ys))]  # Python floats
         self._affine = np.empty((2, 3))
+        self._affine_flat = self._affine.reshape(-1)
         self._k = np.empty((2, n))  # continuous unwrapped index (rows, cols)
         self._k0 = np.empty((2, n))
         self._frac = np.empty((2, n))  # rows: fx, fy
@@ -134,6 +135,13 @@ class HeightScanner:
         self._row_pairs = self._row_pairs_all[:, outer : outer + rows]
         self._col_pairs = self._col_pairs_all[:, inner : inner + cols]
         self._row_table, self._col_table = self._row_pairs[0], self._col_pairs[0]
+        # per-map constants of scan()'s affine map and of its interior test
+        res = layer.resolution
+        self._inv_resolution = 1.0 / res
+        half = 0.5 * res
+        self._corner_x = layer.center_x + 0.5 * layer.length_x - half
+        self._corner_y = layer.center_y + 0.5 * layer.length_y - half
+        self._hi_x, self._hi_y = layer.rows - 1 - 1e-9, layer.cols - 1 - 1e-9
 
     def scan(self, layer: GridMapLayer, base_x: float, base_y: float, base_yaw: float) -> np.ndarray:
         """Heights (map frame, metres) at the grid points; returns the internal buffer.
@@ -144,20 +152,20 @@ class HeightScanner:
         base_x, base_y, base_yaw = float(base_x), float(base_y), float(base_yaw)  # no numpy scalars below
         if not (math.isfinite(base_x) and math.isfinite(base_y) and math.isfinite(base_yaw)):
             raise HeightScanError(f"base pose is not finite: x={base_x}, y={base_y}, yaw={base_yaw}")
-        self._tables(layer)
+        if layer is not self._table_layer:
+            self._tables(layer)
         c, s = math.cos(base_yaw), math.sin(base_yaw)
         # Unwrapped continuous index of a point p: k = (corner_centre - p) / res, where the corner
         # cell centre is pose + length / 2 - res / 2 (facts.md), so cell centres sit at integers.
         # With p = base + R(yaw) q this is one affine map of the local grid point q.
-        inv = 1.0 / layer.resolution
-        half = 0.5 * layer.resolution
-        a00, a01, a02 = -c * inv, s * inv, (layer.center_x + 0.5 * layer.length_x - half - base_x) * inv
-        a10, a11, a12 = -s * inv, -c * inv, (layer.center_y + 0.5 * layer.length_y - half - base_y) * inv
-        a = self._affine
-        a[0, 0], a[0, 1], a[0, 2], a[1, 0], a[1, 1], a[1, 2] = a00, a01, a02, a10, a11, a12
-        a.dot(self._local, out=self._k)  # ndarray.dot: the cheapest call for this small product
+        inv = self._inv_resolution
+        a00, a01, a02 = -c * inv, s * inv, (self._corner_x - base_x) * inv
+        a10, a11, a12 = -s * inv, -c * inv, (self._corner_y - base_y) * inv
+        af = self._affine_flat  # one integer index per element: cheaper than a[i, j]
+        af[0], af[1], af[2], af[3], af[4], af[5] = a00, a01, a02, a10, a11, a12
+        self._affine.dot(self._local, out=self._k)  # ndarray.dot: the cheapest call for this small product
         if self.method == "bilinear":
-            hi_x, hi_y = layer.rows - 1 - 1e-9, layer.cols - 1 - 1e-9
+            hi_x, hi_y = self._hi_x, self._hi_y
             interior = True
             for x, y in self._corners:
                 kx, ky = a00 * x + a01 * y + a02, a10 * x + a11 * y + a12
