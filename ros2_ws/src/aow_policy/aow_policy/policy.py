@@ -154,7 +154,7 @@ class PolicyRunner:
             obs = np.asarray(obs)
             if obs.shape != self._obs_shape:
                 raise ValueError(f"observation of shape {obs.shape}, the policy expects ({self.obs_dim},)")
-        np.copyto(self._obs_row, obs)
+        self._obs_row[...] = obs  # plain assignment: np.copyto goes through a Python-level dispatcher
         self._session.run_with_iobinding(self._binding)
         # x.dot(0) is 0 for finite x and NaN otherwise: a cheaper finiteness test than isfinite().all().
         if self._actions_row.dot(self._zeros) != 0.0:
@@ -164,7 +164,7 @@ class PolicyRunner:
             )
         if out is None:
             return self._actions_row.copy()
-        np.copyto(out, self._actions_row)
+        out[...] = self._actions_row
         return out
 
     def run_batch(self, obs: np.ndarray) -> np.ndarray:
