@@ -370,8 +370,11 @@ def analyse_bag(
                 leave=False,
             ) as bar:
                 for batch in source.batches():
-                    n = len(batch.data)
-                    decoded = decoder.decode(batch.data)
+                    n = len(batch)
+                    if batch.stacked is not None:
+                        decoded = decoder.decode_stacked(batch.stacked, n, batch.length)
+                    else:
+                        decoded = decoder.decode(batch.data or [])
                     stamp, ok, vel, vel_ok, eff, eff_ok = assembler.assemble(
                         decoded, n, batch.bag_time_ns, result.messages + undecodable
                     )

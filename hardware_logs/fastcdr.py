@@ -176,9 +176,14 @@ def parse_layout(raw: bytes | memoryview) -> JointStateLayout:
     )
 
 
+def stacked_stride(length: int) -> int:
+    """Bytes per message of ``length`` bytes in a stacked buffer: a multiple of 8, at least 4 of padding."""
+    return -(-(length + _HEADER) // 8) * 8
+
+
 def stack(buffers: Sequence[bytes], length: int) -> bytes:
     """Messages of one length concatenated at the stacked stride (one copy)."""
-    stride = -(-(length + _HEADER) // 8) * 8
+    stride = stacked_stride(length)
     pad = b"\x00" * (stride - length)
     return pad.join(itertools.chain(buffers, (b"",)))
 

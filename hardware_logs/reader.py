@@ -36,7 +36,7 @@ from rosbags.rosbag2.storage_sqlite3 import Sqlite3Reader
 from rosbags.typesys import Stores, get_types_from_idl, get_types_from_msg, get_typestore
 from rosbags.typesys.store import Typestore
 
-from hardware_logs.fastcdr import JOINT_STATE_TYPE
+from hardware_logs.fastcdr import JOINT_STATE_TYPE, stacked_stride
 
 DIAGNOSTICS_TYPE = "diagnostic_msgs/msg/DiagnosticArray"
 DISTRO_STORES = {"humble": Stores.ROS2_HUMBLE, "iron": Stores.ROS2_IRON, "jazzy": Stores.ROS2_JAZZY}
@@ -51,8 +51,19 @@ class BagError(Exception):
 
 @dataclass
 class RawBatch:
+    """Messages as one ``bytes`` each (``data``), or all of one ``length`` in one ``stacked`` buffer.
+
+    ``stacked`` holds the messages at :func:`~hardware_logs.fastcdr.stacked_stride` (zero padding
+    after each), the form :meth:`BulkDecoder.decode_stacked` takes.
+    """
+
     bag_time_ns: np.ndarray  # int64, receive time recorded by the bag
-    data: list[bytes]
+    data: list[bytes] | None = None
+    stacked: bytes | np.ndarray | None = None
+    length: int = 0
+
+    def __len__(self) -> int:
+        return len(self.bag_time_ns)
 
 
 @dataclass
@@ -400,24 +411,66 @@ class BagSource:
         ids = sorted({c.id for c in storage.connections if c.topic == self.topic})
         if not ids:
             return
-        query = (
-            f"SELECT timestamp, data FROM messages WHERE topic_id IN ({','.join('?' * len(ids))}) ORDER BY timestamp"
+        where = f"topic_id IN ({','.join('?' * len(ids))})"
+        query = f"SELECT timestamp, data FROM messages WHERE {where} ORDER BY timestamp"
+        # Rows in rosbags' order (the timestamp index: ties in rowid order), a batch per query, each
+        # aggregated inside SQLite into one blob of the messages at the decoder's stacked stride and
+        # one text of their timestamps: no Python object per message. A batch resumes at the last
+        # timestamp seen, skipping the rows of that timestamp already read.
+        page = (
+            f"SELECT timestamp, data FROM messages WHERE {where} AND timestamp >= ? "
+            f"ORDER BY timestamp LIMIT {int(self.batch_size)} OFFSET ?"
         )
-        # islice pulls rows at C speed; if the storage fails inside a batch, the rows of that batch
-        # are fetched again one by one (starting after the last complete batch) up to the failure.
-        cursor = storage.dbconn.execute(query, ids)
+        probe = (
+            f"SELECT length(data) FROM messages WHERE {where} AND timestamp >= ? ORDER BY timestamp LIMIT 1 OFFSET ?"
+        )
+        aggregate = (
+            "SELECT count(*), min(length(data)), max(length(data)), group_concat(timestamp, ','), "
+            f"CAST(group_concat(data, ?) AS BLOB) FROM ({page})"
+        )
+        dbconn = storage.dbconn
         done = 0
-        while True:
-            try:
-                rows = list(itertools.islice(cursor, self.batch_size))
-            except STORAGE_ERRORS:
-                yield from self._sqlite_rows_until_failure(storage, query, ids, done)
-                return
-            if not rows:
-                return
-            done += len(rows)
-            times, data = zip(*rows, strict=True)
-            yield self._emit(list(times), list(data))
+        after, skip = -(2**63), 0
+        length = None
+        try:
+            while True:
+                if length is None:
+                    first = list(dbconn.execute(probe, [*ids, after, skip]))
+                    if not first:
+                        return
+                    length = int(first[0][0])
+                pad = bytes(stacked_stride(length) - length)
+                count, shortest, longest, times_text, blob = next(dbconn.execute(aggregate, [pad, *ids, after, skip]))
+                if not count:
+                    return
+                if shortest != longest:  # lengths vary inside the batch: one Python bytes per message
+                    rows = list(dbconn.execute(page, [*ids, after, skip]))
+                    times = np.array([t for t, _ in rows], np.int64)
+                    batch = RawBatch(times, [raw for _, raw in rows])
+                    length = None
+                elif longest != length:  # the stream's message length changed: aggregate again
+                    length = int(longest)
+                    continue
+                else:
+                    times = np.fromstring(times_text, dtype=np.int64, sep=",")
+                    consistent = len(times) == count and len(blob) == count * (len(pad) + length) - len(pad)
+                    if not consistent or (count > 1 and bool((times[1:] < times[:-1]).any())):
+                        raise ReaderError("SQLite aggregated a batch out of order or incompletely")
+                    batch = RawBatch(times, None, blob + pad, length)
+                last = int(times[-1])
+                skip = (
+                    skip + int(np.count_nonzero(times == last))
+                    if last == after
+                    else int(np.count_nonzero(times == last))
+                )
+                after = last
+                done += count
+                self.messages_read += count
+                yield batch
+        except STORAGE_ERRORS:
+            # Where the storage fails, the rows are fetched one by one (after the last complete
+            # batch) up to the failure.
+            yield from self._sqlite_rows_until_failure(storage, query, ids, done)
 
     def _sqlite_rows_until_failure(
         self, storage: Sqlite3Reader, query: str, ids: list[int], skip: int
