@@ -500,11 +500,10 @@ class BagSource:
         )
         bio = storage.bio
         assert bio is not None
-        times: list[np.ndarray] = []
-        data: list[bytes] = []
+        batcher = _StackedBatcher(self.batch_size)
         for chunk in chunks:
             try:
-                chunk_times, chunk_data = self._read_chunk(bio, chunk, ids)
+                chunk_times, raw, starts, lengths = self._read_chunk(bio, chunk, ids)
             except STORAGE_ERRORS as e:
                 skipped = sum(chunk.channel_count.get(i, 0) for i in ids)
                 self._warn(
@@ -512,15 +511,15 @@ class BagSource:
                     f"({skipped} {self.topic} messages lost): {_describe(e)}"
                 )
                 continue
-            times.append(chunk_times)
-            data.extend(chunk_data)
-            if len(data) >= self.batch_size:
-                yield self._emit(np.concatenate(times), data)
-                times, data = [], []
-        if data:
-            yield self._emit(np.concatenate(times), data)
+            for batch in batcher.add(chunk_times, raw, starts, lengths):
+                self.messages_read += len(batch)
+                yield batch
+        for batch in batcher.flush():
+            self.messages_read += len(batch)
+            yield batch
 
-    def _read_chunk(self, bio: Any, chunk: Any, ids: set[int]) -> tuple[np.ndarray, list[bytes]]:
+    def _read_chunk(self, bio: Any, chunk: Any, ids: set[int]) -> tuple[np.ndarray, bytes, np.ndarray, np.ndarray]:
+        """(log times, decompressed chunk, data offsets, data lengths) of the topic's messages in log time order."""
         offsets: list[np.ndarray] = []
         for cid in ids:
             index_at = chunk.message_index_offsets.get(cid)
@@ -554,5 +553,66 @@ class BagSource:
         ends = at + 9 + record_len
         if (record_len < 22).any() or ends.max(initial=0) > buf.size:
             raise ReaderError("message record overruns its chunk")
-        slices = [raw[s:e] for s, e in zip(starts.tolist(), ends.tolist(), strict=True)]
-        return index[:, 0].astype(np.int64), slices
+        return index[:, 0].astype(np.int64), raw, starts, ends - starts
+
+
+class _StackedBatcher:
+    """Collects messages sliced out of decompressed mcap chunks into batches for the decoder.
+
+    Runs of messages of one length go, a strided copy per run of evenly spaced records, into one
+    stacked buffer (no Python object per message); a chunk whose messages differ in length is
+    passed on as one ``bytes`` per message.
+    """
+
+    def __init__(self, batch_size: int) -> None:
+        self.batch_size = max(1, batch_size)
+        self._length = -1
+        self._buffer = np.zeros((0, 0), np.uint8)
+        self._times: list[np.ndarray] = []
+        self._count = 0
+
+    def add(self, times: np.ndarray, raw: bytes, starts: np.ndarray, lengths: np.ndarray) -> Iterator[RawBatch]:
+        if not len(starts):
+            return
+        length = int(lengths[0])
+        if (lengths != length).any():
+            yield from self.flush()
+            slices = [raw[a : a + n] for a, n in zip(starts.tolist(), lengths.tolist(), strict=True)]
+            yield RawBatch(times, slices)
+            return
+        if length != self._length:
+            yield from self.flush()
+            self._length = length
+        source = np.frombuffer(raw, np.uint8)
+        done = 0
+        while done < len(starts):
+            if self._count == 0:
+                self._buffer = np.zeros((self.batch_size, stacked_stride(length)), np.uint8)
+            take = min(len(starts) - done, self.batch_size - self._count)
+            self._copy(source, starts[done : done + take], length)
+            self._times.append(times[done : done + take])
+            done += take
+            if self._count == self.batch_size:
+                yield from self.flush()
+                self._length = length
+
+    def _copy(self, source: np.ndarray, starts: np.ndarray, length: int) -> None:
+        # Records of one channel follow each other at a constant step: one strided copy per run.
+        breaks = np.flatnonzero(np.diff(starts) != (starts[1] - starts[0] if len(starts) > 1 else 0)) + 1
+        for a, b in itertools.pairwise([0, *breaks.tolist(), len(starts)]):
+            step = int(starts[a + 1] - starts[a]) if b - a > 1 else length
+            if step < length:  # overlapping records: copy message by message
+                for k in range(a, b):
+                    self._buffer[self._count + k - a, :length] = source[starts[k] : starts[k] + length]
+            else:
+                run = np.lib.stride_tricks.as_strided(
+                    source[starts[a] :], shape=(b - a, length), strides=(step, 1), writeable=False
+                )
+                self._buffer[self._count : self._count + b - a, :length] = run
+            self._count += b - a
+
+    def flush(self) -> Iterator[RawBatch]:
+        if self._count:
+            stacked = self._buffer[: self._count].reshape(-1)
+            yield RawBatch(np.concatenate(self._times), None, stacked, self._length)
+        self._times, self._count, self._length = [], 0, -1
