@@ -40,7 +40,7 @@ from hardware_logs.fastcdr import JOINT_STATE_TYPE, stacked_stride
 
 DIAGNOSTICS_TYPE = "diagnostic_msgs/msg/DiagnosticArray"
 DISTRO_STORES = {"humble": Stores.ROS2_HUMBLE, "iron": Stores.ROS2_IRON, "jazzy": Stores.ROS2_JAZZY}
-DEFAULT_BATCH = 32_768
+DEFAULT_BATCH = 8_192  # arrays of a batch stay in the L2 cache; larger batches are slower
 _MCAP_MESSAGE_OP = 0x05
 _MCAP_INDEX_OP = 0x07
 

@@ -203,29 +203,39 @@ class QuantityAccumulator:
         else:
             self.present_messages += int(present.any(axis=1).sum())
             uniform = False
-        isnan = np.isnan(values)
-        if uniform and not isnan.any():
-            valid, clean = present, values  # every sample present and finite: no masking passes
+        # One pass gives |values| and, through the NaN-propagating column maxima, whether any
+        # value is NaN; masking passes only when some sample is missing or NaN.
+        magnitude = np.abs(values)
+        column_max = magnitude.max(axis=0)
+        if uniform and not np.isnan(column_max).any():
+            valid, clean = present, values
         else:
-            nan = present & isnan
+            nan = present & np.isnan(values)
             self.nan_samples += nan.sum(axis=0)
             valid = present & ~nan
             clean = np.where(valid, values, 0.0)
-        magnitude = np.abs(clean)
+            magnitude = np.abs(clean)
+            column_max = magnitude.max(axis=0)
         counted = np.full(values.shape[1], n, np.int64) if valid is present and uniform else valid.sum(axis=0)
         self.samples += counted
-        self.peak_abs = np.where(counted > 0, np.fmax(self.peak_abs, magnitude.max(axis=0)), self.peak_abs)
+        self.peak_abs = np.where(counted > 0, np.fmax(self.peak_abs, column_max), self.peak_abs)
         self._histogram(magnitude, None if valid is present and uniform else valid)
 
-        over = violations.over_limit(clean, self.limits)  # 0 where not valid, never over
         single_phase = bool((phase == phase[0]).all())
         phases = [int(phase[0])] if single_phase else np.unique(phase).tolist()
         for p in phases:
             counts = self.phase_counts.setdefault(p, PhaseCounts.zeros(len(self.joint_names)))
             counts.samples += counted if single_phase else valid[phase == p].sum(axis=0)
-        if not over.any():
+        # A joint is over somewhere in the batch exactly when its largest |value| is over.
+        over_joints = np.flatnonzero(violations.over_limit(column_max, self.limits))
+        if not len(over_joints):
             return  # the common case on a good run: nothing else changes
-        excess = np.where(over, violations.overrun(clean, self.limits), 0.0)
+        over = np.zeros(values.shape, bool)
+        excess = np.zeros(values.shape)
+        part, limits = clean[:, over_joints], self.limits[over_joints]
+        part_over = violations.over_limit(part, limits)  # never over where not valid (clean is 0 there)
+        over[:, over_joints] = part_over
+        excess[:, over_joints] = np.where(part_over, violations.overrun(part, limits), 0.0)
         over_dt = np.where(over, dt_ns[:, None].astype(np.float64), 0.0)
         self.samples_over += over.sum(axis=0)
         self.time_over += over_dt.sum(axis=0)
