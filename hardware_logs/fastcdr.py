@@ -200,14 +200,25 @@ def word_view(stacked: bytes | memoryview, count: int, layout: JointStateLayout)
 
 def matches(words: np.ndarray, headers: np.ndarray, layout: JointStateLayout) -> np.ndarray:
     """Per message: the encapsulation header and all structural bytes equal the layout's."""
-    first, last = int(layout.struct_words[0]), int(layout.struct_words[-1]) + 1
-    mask, value = layout.span_mask, layout.span_value
-    # One contiguous copy of the span, masked and xor-ed with the template in place: a message
-    # matches when every word comes out zero.
-    cols = np.array(words[:, first:last], order="C", copy=True)
-    np.bitwise_and(cols, mask, out=cols)
-    np.bitwise_xor(cols, value, out=cols)
-    return (np.bitwise_or.reduce(cols, axis=1) == 0) & (headers == layout.header)
+    ok = headers == layout.header
+    full = layout.struct_mask == np.uint64(0xFFFFFFFFFFFFFFFF)
+    # Whole structural words (frame id, names) are compared run by run, one equality pass each;
+    # words shared with other bytes (array counts next to padding) are masked first.
+    full_words = layout.struct_words[full]
+    runs = np.split(np.arange(len(full_words)), np.flatnonzero(np.diff(full_words) != 1) + 1)
+    for run in runs:
+        if not len(run):
+            continue
+        first, last = int(full_words[run[0]]), int(full_words[run[-1]]) + 1
+        ok &= (words[:, first:last] == layout.struct_value[full][run]).all(axis=1)
+    for w, m, v in zip(
+        layout.struct_words[~full].tolist(),
+        layout.struct_mask[~full].tolist(),
+        layout.struct_value[~full].tolist(),
+        strict=True,
+    ):
+        ok &= (words[:, w] & np.uint64(m)) == np.uint64(v)
+    return ok
 
 
 def decode_stacked(
