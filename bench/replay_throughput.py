@@ -76,9 +76,20 @@ def write_bag(path: Path, storage: str, messages: int, seed: int = 0) -> None:
                 writer.write(conn, int(t[i]), rows[i].tobytes())
 
 
-def _child_stats(bag: str) -> dict:
+def _peak_rss_mb() -> float:
+    """This process's own peak RSS: VmHWM (reset at exec), not ru_maxrss (which keeps the parent's)."""
+    try:
+        for line in Path("/proc/self/status").read_text().splitlines():
+            if line.startswith("VmHWM:"):
+                return int(line.split()[1]) / 1024.0
+    except OSError:
+        pass
     import resource
 
+    return resource.getrusage(resource.RUSAGE_SELF).ru_maxrss / 1024.0
+
+
+def _child_stats(bag: str) -> dict:
     from aow_policy.robot import load_robot
     from hardware_logs.analyse import analyse_bag
     from hardware_logs.stats import Settings
@@ -94,13 +105,11 @@ def _child_stats(bag: str) -> dict:
         "seconds": elapsed,
         "fast_path_messages": result.fast_messages,
         "velocity_events": len(result.velocity.events),
-        "peak_rss_mb": resource.getrusage(resource.RUSAGE_SELF).ru_maxrss / 1024.0,
+        "peak_rss_mb": _peak_rss_mb(),
     }
 
 
 def _child_baseline(bag: str) -> dict:
-    import resource
-
     from rosbags.highlevel import AnyReader
     from rosbags.typesys import Stores, get_typestore
 
@@ -114,7 +123,7 @@ def _child_baseline(bag: str) -> dict:
     return {
         "messages": count,
         "seconds": time.perf_counter() - start,
-        "peak_rss_mb": resource.getrusage(resource.RUSAGE_SELF).ru_maxrss / 1024.0,
+        "peak_rss_mb": _peak_rss_mb(),
     }
 
 
