@@ -15,12 +15,10 @@ from typing import Any
 import torch
 
 from aow_policy.layout import LayoutError, ObservationLayout
-from training.checkpoint import REQUIRED_KEYS, CheckpointError, latest_checkpoint, load_checkpoint
+from training.checkpoint import OPTIONAL_KEYS, REQUIRED_KEYS, CheckpointError, latest_checkpoint, load_checkpoint
 from training.networks import Actor, ActorCritic, NetworkConfig
 
 ACTION_LAYOUT_KEYS = ("joint_names", "kinds", "scales", "offsets", "low", "high")
-# Keys the training runner may add beyond training.checkpoint.REQUIRED_KEYS; anything else is refused.
-OPTIONAL_KEYS = ("cost_names", "env_config", "runner_state")
 
 
 class ExportError(ValueError):

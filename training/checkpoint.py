@@ -17,6 +17,10 @@ objects), so loading one never runs code. Layout of the dict (format version 1):
 - ``algo_state``: algorithm state (penalty weights, Lagrange multipliers, their optimizers)
 - ``rng``: random generator states as tensors
 - ``robot_contract_hash``: the robot contract the run trained against
+
+Optional keys the runner adds (:data:`OPTIONAL_KEYS`): ``cost_names`` (cost term names),
+``env_config`` (the task config as plain data) and ``runner_state`` (per-rank generators,
+environment state, episode sums: what an exact resume needs).
 """
 
 from __future__ import annotations
@@ -45,6 +49,7 @@ REQUIRED_KEYS = (
     "rng",
     "robot_contract_hash",
 )
+OPTIONAL_KEYS = ("cost_names", "env_config", "runner_state")
 
 
 class CheckpointError(ValueError):
