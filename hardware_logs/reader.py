@@ -23,14 +23,16 @@ from __future__ import annotations
 
 import itertools
 import struct
-from collections.abc import Callable, Iterator
+from collections.abc import Callable, Iterator, Mapping
 from dataclasses import dataclass
 from pathlib import Path
-from typing import Any
+from typing import Any, ClassVar
 
 import numpy as np
-from rosbags.interfaces import Connection, MessageDefinitionFormat
+from rosbags.interfaces import Connection, ConnectionExtRosbag2, MessageDefinition, MessageDefinitionFormat
 from rosbags.rosbag2 import Reader, ReaderError
+from rosbags.rosbag2.metadata import parse_qos
+from rosbags.rosbag2.reader import DirectoryReader
 from rosbags.rosbag2.storage_mcap import McapReader, decompress, read_sized
 from rosbags.rosbag2.storage_sqlite3 import Sqlite3Reader
 from rosbags.typesys import Stores, get_types_from_idl, get_types_from_msg, get_typestore
@@ -105,6 +107,63 @@ def _storage_errors() -> tuple[type[BaseException], ...]:
 STORAGE_ERRORS = _storage_errors()
 
 
+class _UncountedSqlite3Reader(Sqlite3Reader):
+    """rosbags' sqlite3 storage, opened without counting messages (a scan of the whole table).
+
+    Used only inside a bag directory, whose metadata.yaml carries the message counts and times
+    (rosbags' directory reader takes them from there). Topics and message definitions are read
+    from the file as rosbags reads them; a schema older than 2 is opened by rosbags itself.
+    """
+
+    def _open(self) -> None:
+        db = self.dbconn
+        assert db is not None
+        tables = {name for (name,) in db.execute("SELECT name FROM sqlite_master WHERE type='table'")}
+        columns = {row[1] for row in db.execute("PRAGMA table_info(topics)")}
+        if not {"messages", "topics"} <= tables or "offered_qos_profiles" not in columns:
+            super()._open()
+            return
+        schema = 2
+        if "schema" in tables:
+            schema = next(iter(db.execute("SELECT schema_version FROM schema")), (-1,))[0]
+        definitions: dict[str, MessageDefinition] = {}
+        if schema >= 4:
+            formats = {"ros2msg": MessageDefinitionFormat.MSG, "ros2idl": MessageDefinitionFormat.IDL}
+            rows = db.execute("SELECT topic_type, encoding, encoded_message_definition FROM message_definitions")
+            for msgtype, encoding, text in rows:
+                definitions.setdefault(msgtype, MessageDefinition(formats[encoding], text))
+        digest = "type_description_hash" if schema >= 4 else "''"
+        query = f"SELECT id, name, type, serialization_format, offered_qos_profiles, {digest} FROM topics ORDER BY id"
+        none = MessageDefinition(MessageDefinitionFormat.NONE, "")
+        self.schema = schema
+        self.connections = [
+            Connection(
+                cid,
+                topic,
+                msgtype,
+                definitions.get(msgtype, none),
+                digest,
+                0,
+                ConnectionExtRosbag2(fmt, parse_qos(qos)),
+                self,
+            )
+            for cid, topic, msgtype, fmt, qos, digest in db.execute(query)
+        ]
+
+
+class _UncountedDirectoryReader(DirectoryReader):
+    STORAGE_PLUGINS: ClassVar[Mapping[str, Any]] = {
+        **DirectoryReader.STORAGE_PLUGINS,
+        "sqlite3": _UncountedSqlite3Reader,
+    }
+
+
+class _UncountedReader(Reader):
+    """rosbags' Reader; a bag directory's sqlite3 files are opened without counting their messages."""
+
+    STORAGE_PLUGINS: ClassVar[Mapping[str, Any]] = {**Reader.STORAGE_PLUGINS, "dir": _UncountedDirectoryReader}
+
+
 class BagSource:
     """One bag opened for reading; use as a context manager."""
 
@@ -137,7 +196,7 @@ class BagSource:
     def __enter__(self) -> BagSource:
         if not self.path.exists():
             raise BagError(f"{self.path}: no such bag (expected a bag directory, a .mcap or a .db3 file)")
-        reader = Reader(self.path) if self._readable_kind() else None
+        reader = _UncountedReader(self.path) if self._readable_kind() else None
         if reader is None:
             raise BagError(f"{self.path}: not a rosbag2 recording (no metadata.yaml, not a .mcap or .db3 file)")
         try:
@@ -213,7 +272,6 @@ class BagSource:
     def _open_sqlite_recovery(self, files: list[Path], error: ReaderError) -> tuple[list[Connection], str | None]:
         """Open a damaged .db3 directly (read-only) and list its topics, if that much is intact."""
         import apsw
-        from rosbags.interfaces import ConnectionExtRosbag2, MessageDefinition
 
         if len(files) != 1:
             raise BagError(f"{self.path}: cannot open the bag ({_describe(error)})") from error

@@ -291,3 +291,22 @@ def test_batches_follow_rosbags_order(tmp_path: Path, storage: str) -> None:
 
     for batch_size in (1, 2, 3, 7, 64, 1000):
         assert flattened(batch_size) == expected, batch_size
+
+
+def test_uncounted_sqlite3_open_matches_rosbags(tmp_path: Path) -> None:
+    """The sqlite3 open that skips rosbags' message count sees the same topics, definitions and counts."""
+    from rosbags.rosbag2 import Reader
+
+    from hardware_logs.reader import BagSource, _UncountedReader
+
+    bag = tmp_path / "bag"
+    write_bag(bag, known_scenario(states=True), "sqlite3")
+    with Reader(bag) as counted, _UncountedReader(bag) as uncounted:
+        assert [c[:7] for c in uncounted.connections] == [c[:7] for c in counted.connections]  # all but owner
+        assert uncounted.duration == counted.duration and uncounted.message_count == counted.message_count
+        storage = uncounted.storage.storages[0]
+        assert [(c.id, c.topic, c.msgtype, c.msgdef, c.digest, c.ext) for c in storage.connections] == [
+            (c.id, c.topic, c.msgtype, c.msgdef, c.digest, c.ext) for c in counted.storage.storages[0].connections
+        ]
+    with BagSource(bag, "/joint_states") as source:
+        assert source.info.topic_messages == len(known_scenario().samples)
