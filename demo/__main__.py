@@ -18,6 +18,8 @@ import time
 from pathlib import Path
 from typing import Any
 
+from aow_policy.fileio import atomic_write_text
+
 DEFAULT_OUT = Path("demo_output")
 
 
@@ -90,7 +92,7 @@ def main(argv: list[str] | None = None) -> int:
 
     sim = sim2sim.run(exported.onnx_path, duration=args.sim_seconds, record=bag_dir, progress=not args.no_progress)
     print(sim.format())
-    (run_dir / "sim2sim.json").write_text(json.dumps(sim.to_dict(), indent=2, default=str))
+    atomic_write_text(run_dir / "sim2sim.json", json.dumps(sim.to_dict(), indent=2, default=str))
 
     stage(4, "replaying the bag into violation statistics")
     from hardware_logs.cli import run as replay

@@ -11,7 +11,6 @@ import csv
 import io
 import json
 import math
-import os
 from collections.abc import Sequence
 from datetime import UTC, datetime
 from pathlib import Path
@@ -19,6 +18,7 @@ from typing import Any
 
 import numpy as np
 
+from aow_policy.fileio import atomic_write_text
 from hardware_logs.analyse import BagResult
 from hardware_logs.stats import UNITS, QuantityResult, Settings
 
@@ -212,12 +212,6 @@ def _bag_summary(r: BagResult, settings: Settings) -> dict[str, Any]:
 # ---- files ---------------------------------------------------------------------------------------
 
 
-def _atomic_write(path: Path, text: str) -> None:
-    tmp = path.with_name(f".{path.name}.tmp")
-    tmp.write_text(text, encoding="utf-8")
-    os.replace(tmp, path)
-
-
 def load_schema() -> dict[str, Any]:
     return json.loads(SCHEMA_PATH.read_text(encoding="utf-8"))
 
@@ -231,7 +225,7 @@ def validate_summary(summary: dict[str, Any]) -> None:
 
 def write_summary(path: Path, summary: dict[str, Any]) -> None:
     validate_summary(summary)
-    _atomic_write(path, json.dumps(summary, indent=2, allow_nan=False) + "\n")
+    atomic_write_text(path, json.dumps(summary, indent=2, allow_nan=False) + "\n")
 
 
 EVENT_COLUMNS = (
@@ -281,7 +275,7 @@ def write_events(path: Path, results: Sequence[BagResult]) -> int:
                 ]
             )
             rows += 1
-    _atomic_write(path, buf.getvalue())
+    atomic_write_text(path, buf.getvalue())
     return rows
 
 

@@ -4,13 +4,12 @@ from __future__ import annotations
 
 import argparse
 import json
-import os
 import sys
-import tempfile
 from collections.abc import Sequence
 from dataclasses import replace
 from pathlib import Path
 
+from aow_policy.fileio import atomic_write_text
 from sim2sim.commands import FORMAT_HELP, CommandScriptError
 from sim2sim.hardware import HardwareConfig
 from sim2sim.metrics import FallCriteria
@@ -126,15 +125,7 @@ def config_from_args(args: argparse.Namespace) -> Sim2SimConfig:
 
 
 def _write_json(path: Path, data: dict) -> None:
-    path.parent.mkdir(parents=True, exist_ok=True)
-    fd, tmp = tempfile.mkstemp(prefix=f".{path.name}.", suffix=".tmp", dir=path.parent)
-    try:
-        with os.fdopen(fd, "w") as f:
-            json.dump(data, f, indent=2)
-        os.replace(tmp, path)
-    except BaseException:
-        Path(tmp).unlink(missing_ok=True)
-        raise
+    atomic_write_text(path, json.dumps(data, indent=2))
 
 
 def main(argv: Sequence[str] | None = None) -> int:

@@ -29,6 +29,7 @@ from typing import Any
 
 import numpy as np
 
+from aow_policy.fileio import atomic_write_bytes
 from training.algorithms import ALGORITHMS
 from training.config import ConfigError, TrainConfig, apply_override
 
@@ -46,17 +47,6 @@ METRICS = {"reward": "mean_reward", "violations": "violations_per_episode"}
 
 def run_dir_for(out: Path, algo: str, seed: int) -> Path:
     return out / "runs" / f"{algo}_s{seed}"
-
-
-def _atomic_write(path: Path, data: bytes) -> None:
-    fd, tmp = tempfile.mkstemp(prefix=f".{path.name}.", suffix=".tmp", dir=path.parent)
-    try:
-        with os.fdopen(fd, "wb") as f:
-            f.write(data)
-        os.replace(tmp, path)
-    except BaseException:
-        Path(tmp).unlink(missing_ok=True)
-        raise
 
 
 def train_one(cfg_dict: dict[str, Any], run_dir: str, threads: int | None) -> str:
@@ -283,8 +273,8 @@ def main(argv: list[str] | None = None) -> int:
         return 1
     summary = summarize(args.out, algos, seeds, args.final_window)
     table = markdown_table(summary, algos)
-    _atomic_write(args.out / "table.md", table.encode())
-    _atomic_write(args.out / "results.json", (json.dumps(summary, indent=2) + "\n").encode())
+    atomic_write_bytes(args.out / "table.md", table.encode())
+    atomic_write_bytes(args.out / "results.json", (json.dumps(summary, indent=2) + "\n").encode())
     plot_curves(args.out, algos, seeds)
     print(table)
     print(f"aow-compare: wrote {args.out / 'table.md'}, reward.png, violations.png, results.json")

@@ -14,7 +14,6 @@ from __future__ import annotations
 import dataclasses
 import math
 import os
-import tempfile
 import types
 import typing
 from dataclasses import dataclass, field
@@ -23,6 +22,7 @@ from typing import Any, Union
 
 import yaml
 
+from aow_policy.fileio import atomic_write_text
 from training.networks import NetworkConfig
 
 
@@ -350,18 +350,7 @@ def load_config_yaml(path: str | os.PathLike[str]) -> TrainConfig:
 
 def save_config_yaml(cfg: TrainConfig, path: str | os.PathLike[str]) -> Path:
     """Write atomically (temp file, then rename)."""
-    path = Path(path)
-    path.parent.mkdir(parents=True, exist_ok=True)
-    text = yaml.safe_dump(cfg.to_dict(), sort_keys=False)
-    fd, tmp = tempfile.mkstemp(prefix=f".{path.name}.", suffix=".tmp", dir=path.parent)
-    try:
-        with os.fdopen(fd, "w") as f:
-            f.write(text)
-        os.replace(tmp, path)
-    except BaseException:
-        Path(tmp).unlink(missing_ok=True)
-        raise
-    return path
+    return atomic_write_text(path, yaml.safe_dump(cfg.to_dict(), sort_keys=False))
 
 
 def apply_override(cfg_dict: dict[str, Any], assignment: str) -> None:

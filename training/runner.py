@@ -36,6 +36,7 @@ from typing import Any
 
 import torch
 
+from aow_policy.fileio import atomic_write_text
 from training.algorithms import ALGORITHMS, NonFiniteLossError, make_algorithm
 from training.checkpoint import CheckpointError, latest_checkpoint, load_checkpoint, save_checkpoint
 from training.config import ConfigError, TrainConfig, save_config_yaml
@@ -326,9 +327,7 @@ class Runner:
                 continue
             if rec.get("iteration", math.inf) < self.iteration:
                 kept.append(line)
-        tmp = path.with_suffix(".jsonl.tmp")
-        tmp.write_text("".join(k + "\n" for k in kept))
-        os.replace(tmp, path)
+        atomic_write_text(path, "".join(k + "\n" for k in kept))
         self.history = [json.loads(k) for k in kept]
 
     # ---- the loop ----------------------------------------------------------------------------
