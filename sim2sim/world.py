@@ -18,9 +18,11 @@ from dataclasses import dataclass
 
 import mujoco
 import numpy as np
+import torch
 
 from aow_policy.robot import Robot
 from training.sim.model import FLOOR, ModelInfo, build_spec, model_info
+from training.sim.terrain import HeightSampler
 
 TERRAINS = ("flat", "rough")
 
@@ -36,51 +38,32 @@ class RoughTerrainConfig:
 
 
 class HeightField:
-    """Terrain height (world z) at (x, y) from a compiled model's ``floor`` geom (plane or hfield).
+    """Terrain height (world z) at (x, y) from a compiled model's ground geom (plane or hfield).
 
-    Points beyond the height field take the nearest edge value.
+    A numpy face on :class:`training.sim.terrain.HeightSampler`, the sampler the training height
+    scan uses, so sim-to-sim maps and training scans read the terrain the same way (MuJoCo's
+    triangle interpolation; points beyond the field take the nearest edge value).
     """
 
     def __init__(self, model: mujoco.MjModel, geom_name: str = FLOOR):
-        gid = mujoco.mj_name2id(model, mujoco.mjtObj.mjOBJ_GEOM, geom_name)
-        if gid < 0:
+        if mujoco.mj_name2id(model, mujoco.mjtObj.mjOBJ_GEOM, geom_name) < 0:
             raise ValueError(f"the model has no ground geom named {geom_name!r}")
-        self.base = float(model.geom_pos[gid, 2])
-        self.is_plane = model.geom_type[gid] != mujoco.mjtGeom.mjGEOM_HFIELD
-        if self.is_plane:
-            return
-        if abs(model.geom_quat[gid][0] - 1.0) > 1e-9:
-            raise ValueError(f"geom {geom_name!r}: a rotated height field is not supported")
-        hid = int(model.geom_dataid[gid])
-        self.nrow, self.ncol = int(model.hfield_nrow[hid]), int(model.hfield_ncol[hid])
-        adr = int(model.hfield_adr[hid])
-        rx, ry, span, _ = (float(v) for v in model.hfield_size[hid])
-        # MuJoCo: row r at y = -ry + r * 2ry / (nrow - 1), column c at x = -rx + c * 2rx / (ncol - 1)
-        self._data = np.asarray(model.hfield_data[adr : adr + self.nrow * self.ncol], dtype=np.float64).reshape(
-            self.nrow, self.ncol
-        )
-        self.span = span
-        self.x0 = float(model.geom_pos[gid, 0]) - rx
-        self.y0 = float(model.geom_pos[gid, 1]) - ry
-        self.dx = 2.0 * rx / (self.ncol - 1)
-        self.dy = 2.0 * ry / (self.nrow - 1)
+        sampler = HeightSampler.from_model(model, geom_name)
+        if sampler.data is not None:  # a float64 copy: heights exact to the model's float32 samples
+            sampler = HeightSampler(
+                sampler.data.double(), sampler.x0, sampler.y0, sampler.scale, sampler.span, sampler.base
+            )
+        self._sampler = sampler
+        self.is_plane = sampler.data is None
+        self.base = sampler.base
 
     def __call__(self, x: np.ndarray | float, y: np.ndarray | float) -> np.ndarray:
-        x, y = np.asarray(x, dtype=np.float64), np.asarray(y, dtype=np.float64)
-        shape = np.broadcast(x, y).shape
+        x, y = np.broadcast_arrays(np.asarray(x, dtype=np.float64), np.asarray(y, dtype=np.float64))
         if self.is_plane:
-            return np.full(shape, self.base)
-        u = np.clip((x - self.x0) / self.dx, 0.0, self.ncol - 1.0)
-        v = np.clip((y - self.y0) / self.dy, 0.0, self.nrow - 1.0)
-        i = np.minimum(np.floor(u), self.ncol - 2).astype(np.intp)
-        j = np.minimum(np.floor(v), self.nrow - 2).astype(np.intp)
-        fu, fv = u - i, v - j
-        d = self._data
-        h00, h11 = d[j, i], d[j + 1, i + 1]
-        upper = fv > fu  # triangle (i, j), (i, j+1), (i+1, j+1); else (i, j), (i+1, j), (i+1, j+1)
-        h_mid = np.where(upper, d[j + 1, i], d[j, i + 1])
-        f_mid, f_far = np.where(upper, fv, fu), np.where(upper, fu, fv)
-        return self.base + self.span * (h00 + f_mid * (h_mid - h00) + f_far * (h11 - h_mid))
+            return np.full(x.shape, self.base)
+        flat_x = torch.from_numpy(np.ascontiguousarray(x).reshape(-1))
+        flat_y = torch.from_numpy(np.ascontiguousarray(y).reshape(-1))
+        return self._sampler.heights_at(flat_x, flat_y).numpy().reshape(x.shape)
 
 
 @dataclass
