@@ -19,6 +19,7 @@ import numpy as np
 from aow_policy.robot import Robot
 from hardware_logs.fastcdr import JOINT_STATE_TYPE, BulkDecoder, DecodedJointStates
 from hardware_logs.plots import Envelope
+from hardware_logs.prefetch import prefetched
 from hardware_logs.reader import BagError, BagInfo, BagSource
 from hardware_logs.stats import QuantityAccumulator, QuantityResult, Settings
 
@@ -369,7 +370,7 @@ def analyse_bag(
                 disable=(not progress) if progress is not None else (info.topic_messages < 200_000 or None),
                 leave=False,
             ) as bar:
-                for batch in source.batches():
+                for batch in prefetched(source.batches()):
                     n = len(batch)
                     if batch.stacked is not None:
                         decoded = decoder.decode_stacked(batch.stacked, n, batch.length)

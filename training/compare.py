@@ -254,7 +254,9 @@ def main(argv: list[str] | None = None) -> int:
 
     from training.runner import TrainingError
 
-    jobs = [(cfg, str(run_dir_for(args.out, algo, seed))) for (algo, seed), cfg in configs.items()]
+    # Seed-major order: a comparison stopped early still has every algorithm on the first seeds.
+    order = sorted(configs, key=lambda key: (key[1], algos.index(key[0])))
+    jobs = [(configs[key], str(run_dir_for(args.out, *key))) for key in order]
     try:
         with tqdm(total=len(jobs), desc="aow-compare", unit="run") as bar:
             if args.jobs == 1:
