@@ -1,0 +1,220 @@
+"""``python -m sim2sim.evaluate``: score exported policies in sim-to-sim against the reference bar.
+
+    python -m sim2sim.evaluate --policy np3o=policies/aow_flat_np3o/policy.onnx \\
+        --policy ppo=policies/aow_flat_ppo/policy.onnx --baseline ppo --out runs/eval
+
+Each policy runs two 60 s command sequences (after standing up), on flat ground:
+
+* ``reference``: forward 1.0 m/s, sideways 0.5 m/s, turning 1.0 rad/s, stop, 15 s each: the
+  tracking and no-fall part of the reference bar (issue 8).
+* ``full_range``: commands up to the edges of the robot contract's ranges (2 m/s forward,
+  1 m/s sideways, 1.5 rad/s turning, combinations, reversals): where joint-speed and torque
+  constraints are actually challenged, so violation counts can be compared.
+
+Violations are the violation monitor's (the same definitions as the training costs and the
+offline statistics): per policy step, "some leg joint above the limit", counted per 20 s episode
+as the paper reports them. The bar for a candidate against the baseline (``--baseline``):
+settled forward error below 0.2 m/s, no fall in either sequence, and joint-speed violations
+per episode at least 10 times fewer than the baseline's over both sequences together (not
+demonstrable when the baseline has none). Writes ``OUT/evaluation.md`` and ``OUT/evaluation.json``.
+"""
+
+from __future__ import annotations
+
+import argparse
+import json
+import sys
+from dataclasses import dataclass
+from pathlib import Path
+from typing import Any
+
+from aow_policy.fileio import atomic_write_text
+
+STAND_UP_S = 2.0
+SEGMENT_S = 15.0
+
+SEQUENCES: dict[str, list[dict[str, Any]]] = {
+    "reference": [
+        {"name": "forward", "duration": SEGMENT_S, "vx": 1.0},
+        {"name": "sideways", "duration": SEGMENT_S, "vy": 0.5},
+        {"name": "turning", "duration": SEGMENT_S, "yaw_rate": 1.0},
+        {"name": "stop", "duration": SEGMENT_S},
+    ],
+    "full_range": [
+        {"name": "fast_forward", "duration": 8.0, "vx": 2.0},
+        {"name": "backward", "duration": 6.0, "vx": -1.0},
+        {"name": "left", "duration": 6.0, "vy": 1.0},
+        {"name": "right", "duration": 6.0, "vy": -1.0},
+        {"name": "turn_left", "duration": 6.0, "yaw_rate": 1.5},
+        {"name": "turn_right", "duration": 6.0, "yaw_rate": -1.5},
+        {"name": "arc", "duration": 8.0, "vx": 1.0, "yaw_rate": 1.0},
+        {"name": "diagonal", "duration": 8.0, "vx": 1.5, "vy": 0.5, "yaw_rate": -0.5},
+        {"name": "stop", "duration": 6.0},
+    ],
+}
+
+FORWARD_ERROR_BAR = 0.2  # m/s, settled mean |vx error| at 1.0 m/s forward
+VIOLATION_FACTOR_BAR = 10.0
+
+
+@dataclass
+class PolicyScore:
+    name: str
+    path: str
+    forward_error: float | None  # settled mean |vx error| in the reference sequence's forward segment
+    segment_errors: dict[str, dict[str, list[float] | None]]  # sequence -> segment -> settled errors
+    falls: dict[str, int]  # sequence -> falls
+    violations_per_episode: dict[str, dict[str, float]]  # sequence -> quantity -> per 20 s episode
+    violating_steps: dict[str, dict[str, int]]  # sequence -> quantity -> policy steps
+    policy_steps: dict[str, int]
+
+    def total_per_episode(self, quantity: str) -> float:
+        """Violating policy steps per episode over all sequences together."""
+        steps = sum(self.policy_steps.values())
+        if not steps:
+            return float("nan")
+        episode_steps = self._episode_steps
+        return sum(v[quantity] for v in self.violating_steps.values()) / steps * episode_steps
+
+    _episode_steps: float = 1000.0
+
+
+def evaluate_policy(name: str, path: Path, progress: bool = False) -> PolicyScore:
+    from sim2sim.runner import run
+
+    score = PolicyScore(name, str(path), None, {}, {}, {}, {}, {})
+    for sequence, segments in SEQUENCES.items():
+        duration = STAND_UP_S + sum(s["duration"] for s in segments)
+        result = run(path, duration, segments, stand_up=STAND_UP_S, progress=progress)
+        errors: dict[str, list[float] | None] = {}
+        for seg in result.segments:
+            errors[seg.name] = list(seg.mean_abs_error_settled) if seg.mean_abs_error_settled else None
+        score.segment_errors[sequence] = errors
+        score.falls[sequence] = len(result.falls)
+        v = result.violations
+        score.violations_per_episode[sequence] = {q: float(x) for q, x in v["violations_per_episode"].items()}
+        score.violating_steps[sequence] = {q: int(x) for q, x in v["violating_policy_steps"].items()}
+        score.policy_steps[sequence] = int(v["policy_steps"])
+        score._episode_steps = float(v["episode_s"]) / float(v["policy_dt"])
+        if sequence == "reference" and errors.get("forward"):
+            score.forward_error = float(errors["forward"][0])
+    return score
+
+
+def bar_check(candidate: PolicyScore, baseline: PolicyScore | None) -> dict[str, Any]:
+    """The reference bar of issue 8 for ``candidate`` (violations compared with ``baseline``)."""
+    checks: dict[str, Any] = {
+        "forward_error_below_0.2": candidate.forward_error is not None and candidate.forward_error < FORWARD_ERROR_BAR,
+        "no_fall": not any(candidate.falls.values()),
+    }
+    if baseline is not None:
+        mine = candidate.total_per_episode("velocity")
+        theirs = baseline.total_per_episode("velocity")
+        if theirs > 0:
+            factor = theirs / mine if mine > 0 else float("inf")
+            checks["joint_speed_violation_factor"] = factor
+            checks["violations_10x_fewer"] = factor >= VIOLATION_FACTOR_BAR
+        else:
+            checks["joint_speed_violation_factor"] = None
+            checks["violations_10x_fewer"] = None  # the baseline never violated: not demonstrable
+    checks["passes"] = all(v is not False for k, v in checks.items() if k != "joint_speed_violation_factor")
+    return checks
+
+
+def _fmt(x: float | None, digits: int = 2) -> str:
+    return "–" if x is None else f"{x:.{digits}f}"
+
+
+def markdown(scores: list[PolicyScore], checks: dict[str, dict[str, Any]]) -> str:
+    lines = [
+        "| policy | forward 1.0 m/s vx err | sideways 0.5 m/s vy err | turning 1.0 rad/s yaw err "
+        "| falls (ref / full) | joint-speed viol./episode (ref / full / all) | torque viol./episode (ref / full) |",
+        "| --- | --- | --- | --- | --- | --- | --- |",
+    ]
+    for s in scores:
+        ref = s.segment_errors.get("reference", {})
+        fwd, side, turn = ref.get("forward"), ref.get("sideways"), ref.get("turning")
+        vpe = s.violations_per_episode
+        lines.append(
+            f"| {s.name} | {_fmt(fwd[0] if fwd else None)} m/s | {_fmt(side[1] if side else None)} m/s "
+            f"| {_fmt(turn[2] if turn else None)} rad/s "
+            f"| {s.falls.get('reference', 0)} / {s.falls.get('full_range', 0)} "
+            f"| {_fmt(vpe['reference']['velocity'])} / {_fmt(vpe['full_range']['velocity'])} / "
+            f"{_fmt(s.total_per_episode('velocity'))} "
+            f"| {_fmt(vpe['reference']['effort'])} / {_fmt(vpe['full_range']['effort'])} |"
+        )
+    if checks:
+        lines += ["", "| policy | forward err < 0.2 | no fall | joint-speed violations ≥ 10× fewer | passes |"]
+        lines.append("| --- | --- | --- | --- | --- |")
+        for name, c in checks.items():
+            factor = c.get("joint_speed_violation_factor")
+            fewer = c.get("violations_10x_fewer")
+            fewer_text = "n/a (baseline has none)" if fewer is None and "violations_10x_fewer" in c else str(fewer)
+            if factor is not None:
+                fewer_text += f" ({factor:.1f}×)" if factor != float("inf") else " (∞: none)"
+            lines.append(f"| {name} | {c['forward_error_below_0.2']} | {c['no_fall']} | {fewer_text} | {c['passes']} |")
+    return "\n".join(lines) + "\n"
+
+
+def build_parser() -> argparse.ArgumentParser:
+    p = argparse.ArgumentParser(
+        prog="python -m sim2sim.evaluate",
+        description=__doc__.split("\n\n")[0],
+        epilog=__doc__.split("\n\n", 2)[2],
+        formatter_class=argparse.RawDescriptionHelpFormatter,
+    )
+    p.add_argument(
+        "--policy", action="append", required=True, metavar="NAME=ONNX", help="a policy to score (repeatable)"
+    )
+    p.add_argument("--baseline", help="NAME of the policy the others' violations are compared with")
+    p.add_argument("--out", type=Path, required=True, help="directory for evaluation.md and evaluation.json")
+    p.add_argument("--no-progress", action="store_true", help="no progress bars")
+    return p
+
+
+def main(argv: list[str] | None = None) -> int:
+    args = build_parser().parse_args(argv)
+    policies: dict[str, Path] = {}
+    for item in args.policy:
+        name, sep, path = item.partition("=")
+        if not sep or not name or not path:
+            print(f"sim2sim.evaluate: error: --policy {item!r}: expected NAME=PATH", file=sys.stderr)
+            return 2
+        if not Path(path).is_file():
+            print(f"sim2sim.evaluate: error: --policy {name}: no file {path}", file=sys.stderr)
+            return 2
+        policies[name] = Path(path)
+    if args.baseline is not None and args.baseline not in policies:
+        print(f"sim2sim.evaluate: error: --baseline {args.baseline!r} is not one of {list(policies)}", file=sys.stderr)
+        return 2
+    scores = []
+    for name, path in policies.items():
+        print(f"evaluating {name} ({path})", flush=True)
+        scores.append(evaluate_policy(name, path, progress=not args.no_progress))
+    by_name = {s.name: s for s in scores}
+    baseline = by_name.get(args.baseline) if args.baseline else None
+    checks = {s.name: bar_check(s, baseline) for s in scores if s.name != args.baseline}
+    table = markdown(scores, checks)
+    args.out.mkdir(parents=True, exist_ok=True)
+    atomic_write_text(args.out / "evaluation.md", table)
+    payload = {
+        "sequences": SEQUENCES,
+        "stand_up_s": STAND_UP_S,
+        "baseline": args.baseline,
+        "policies": [
+            {
+                **{k: v for k, v in vars(s).items() if not k.startswith("_")},
+                "joint_speed_per_episode_all": s.total_per_episode("velocity"),
+            }
+            for s in scores
+        ],
+        "bar": checks,
+    }
+    atomic_write_text(args.out / "evaluation.json", json.dumps(payload, indent=2, default=float) + "\n")
+    print(table)
+    print(f"wrote {args.out / 'evaluation.md'} and evaluation.json")
+    return 0
+
+
+if __name__ == "__main__":
+    sys.exit(main())

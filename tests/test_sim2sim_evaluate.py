@@ -1,0 +1,87 @@
+"""python -m sim2sim.evaluate: the reference bar's arithmetic and one real (short) evaluation."""
+
+from __future__ import annotations
+
+import json
+
+import numpy as np
+import pytest
+from test_sim2sim import ROBOT, constant_policy
+
+from sim2sim import evaluate
+from sim2sim.evaluate import PolicyScore, bar_check
+from training.sim.anymal_c import WHEEL
+
+
+def score(name: str, forward_error: float | None, falls: int, speed_steps: int, steps: int = 3000) -> PolicyScore:
+    return PolicyScore(
+        name=name,
+        path=f"{name}.onnx",
+        forward_error=forward_error,
+        segment_errors={},
+        falls={"reference": falls, "full_range": 0},
+        violations_per_episode={},
+        violating_steps={
+            "reference": {"velocity": 0, "effort": 0},
+            "full_range": {"velocity": speed_steps, "effort": 0},
+        },
+        policy_steps={"reference": steps, "full_range": steps},
+    )
+
+
+def test_violations_per_episode_pool_both_sequences() -> None:
+    s = score("a", 0.1, 0, speed_steps=60, steps=3000)  # 60 of 6000 policy steps, 1000 steps per 20 s
+    assert s.total_per_episode("velocity") == pytest.approx(10.0)
+
+
+def test_bar_passes_only_when_every_part_holds() -> None:
+    baseline = score("ppo", 0.1, 0, speed_steps=300)
+    assert bar_check(score("good", 0.15, 0, speed_steps=30), baseline)["passes"]
+    assert bar_check(score("good", 0.15, 0, speed_steps=0), baseline)["joint_speed_violation_factor"] == float("inf")
+    slow = bar_check(score("slow", 0.25, 0, speed_steps=0), baseline)
+    assert not slow["forward_error_below_0.2"] and not slow["passes"]
+    fell = bar_check(score("fell", 0.1, 1, speed_steps=0), baseline)
+    assert not fell["no_fall"] and not fell["passes"]
+    violent = bar_check(score("violent", 0.1, 0, speed_steps=31), baseline)
+    assert violent["joint_speed_violation_factor"] == pytest.approx(300 / 31)
+    assert not violent["violations_10x_fewer"] and not violent["passes"]
+
+
+def test_a_baseline_without_violations_cannot_demonstrate_the_factor() -> None:
+    checks = bar_check(score("np3o", 0.1, 0, speed_steps=0), score("ppo", 0.1, 0, speed_steps=0))
+    assert checks["violations_10x_fewer"] is None and checks["joint_speed_violation_factor"] is None
+    assert checks["passes"]  # what can be shown holds; the table says the factor is not demonstrable
+    assert "n/a" in evaluate.markdown([], {"np3o": checks})
+
+
+def test_evaluation_of_a_rolling_policy(tmp_path, monkeypatch) -> None:
+    """Wheels at +5 rad/s: the forward error is |1.0 - 5 r| (analytic), no fall, files written."""
+    monkeypatch.setattr(evaluate, "STAND_UP_S", 0.5)
+    monkeypatch.setattr(
+        evaluate,
+        "SEQUENCES",
+        {
+            "reference": [{"name": "forward", "duration": 3.0, "vx": 1.0}],
+            "full_range": [{"name": "stop", "duration": 1.0}],
+        },
+    )
+    actions = np.array([0.0 if j.kind == "leg" else 1.0 for j in ROBOT.joints])
+    roller = constant_policy(tmp_path / "roll.onnx", actions)
+    still = constant_policy(tmp_path / "still.onnx", np.zeros(len(ROBOT.joints)))
+    out = tmp_path / "eval"
+    assert evaluate.main(["--policy", f"roll={roller}", "--policy", f"still={still}", "--baseline", "still",
+                          "--out", str(out), "--no-progress"]) == 0  # fmt: skip
+    data = json.loads((out / "evaluation.json").read_text())
+    roll = next(p for p in data["policies"] if p["name"] == "roll")
+    expected = abs(1.0 - 5.0 * WHEEL.radius)
+    assert roll["forward_error"] == pytest.approx(expected, abs=0.05)
+    assert roll["falls"] == {"reference": 0, "full_range": 0}
+    assert data["bar"]["roll"]["forward_error_below_0.2"] is (expected < 0.2)
+    assert "| roll |" in (out / "evaluation.md").read_text()
+
+
+def test_bad_arguments_are_refused(tmp_path, capsys) -> None:
+    assert evaluate.main(["--policy", "nonsense", "--out", str(tmp_path)]) == 2
+    assert "NAME=PATH" in capsys.readouterr().err
+    assert evaluate.main(["--policy", f"a={tmp_path / 'missing.onnx'}", "--out", str(tmp_path)]) == 2
+    assert "no file" in capsys.readouterr().err
