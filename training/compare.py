@@ -10,8 +10,10 @@ so a comparison can be continued by running the same command again. Results:
 - ``OUT/table.md``: final reward and violations per episode, mean (± standard deviation over
   seeds), one row per algorithm, as the paper's Table II. "Final" = the mean over the last
   ``--final-window`` iterations of each run (default: the last 10%).
-- ``OUT/reward.png``, ``OUT/violations.png``: learning curves against iterations, one line per
-  algorithm (mean over seeds, shaded ± one standard deviation).
+- ``OUT/reward.png``, ``OUT/violations.png`` (and, where the runs record episode lengths,
+  ``episode_length.png`` and ``violation_rate.png``: violations per 1000 policy steps, which does
+  not reward falling early): learning curves against iterations, one line per algorithm (mean
+  over seeds, shaded ± one standard deviation).
 - ``OUT/results.json``: the same numbers per run and per algorithm.
 """
 
@@ -42,7 +44,22 @@ DISPLAY_NAMES = {
     "crpo": "CRPO",
     "focops": "FOCOPS",
 }
-METRICS = {"reward": "mean_reward", "violations": "violations_per_episode"}
+METRICS = {
+    "reward": "mean_reward",
+    "violations": "violations_per_episode",
+    "episode_length": "mean_episode_length",
+    "violation_rate": "violations_per_1000_steps",
+}
+# Violations per episode favour policies whose episodes end early (a robot that falls at once has
+# no time to violate anything), so the table also gives them per 1000 policy steps: 20 s at 50 Hz,
+# the length of a full episode in the paper.
+RATE_STEPS = 1000
+LABELS = {
+    "reward": ("Reward", "episode reward"),
+    "violations": ("Violations per episode", "violations per episode"),
+    "episode_length": ("Episode length (steps)", "episode length (policy steps)"),
+    "violation_rate": (f"Violations per {RATE_STEPS} steps", f"violations per {RATE_STEPS} policy steps"),
+}
 
 
 def run_dir_for(out: Path, algo: str, seed: int) -> Path:
@@ -70,7 +87,12 @@ def read_metrics(run_dir: Path) -> list[dict[str, float]]:
     path = run_dir / "metrics.jsonl"
     if not path.is_file():
         raise FileNotFoundError(f"{run_dir}: no metrics.jsonl (did the run start?)")
-    return [json.loads(line) for line in path.read_text().splitlines() if line.strip()]
+    records = [json.loads(line) for line in path.read_text().splitlines() if line.strip()]
+    for r in records:
+        length, violations = r.get("mean_episode_length"), r.get("violations_per_episode")
+        if length and violations is not None and "violations_per_1000_steps" not in r:
+            r["violations_per_1000_steps"] = violations / length * RATE_STEPS
+    return records
 
 
 def final_value(records: list[dict[str, float]], key: str, window: int) -> float:
@@ -111,13 +133,16 @@ def _cell(mean: float, std: float) -> str:
 
 def markdown_table(summary: dict[str, Any], algos: list[str]) -> str:
     n = len(summary["seeds"])
+    rows = summary["algorithms"]
+    # Columns a run did not record (a Gymnasium task without episode lengths) are left out.
+    columns = [m for m in METRICS if any(math.isfinite(rows[a][m][0]) for a in algos) or m in ("reward", "violations")]
     lines = [
-        "| Algorithm | Reward | Violations per episode |",
-        "|---|---|---|",
+        "| Algorithm | " + " | ".join(LABELS[m][0] for m in columns) + " |",
+        "|---" * (len(columns) + 1) + "|",
     ]
     for algo in algos:
-        row = summary["algorithms"][algo]
-        lines.append(f"| {DISPLAY_NAMES.get(algo, algo)} | {_cell(*row['reward'])} | {_cell(*row['violations'])} |")
+        cells = " | ".join(_cell(*rows[algo][m]) for m in columns)
+        lines.append(f"| {DISPLAY_NAMES.get(algo, algo)} | {cells} |")
     lines.append("")
     lines.append(f"Mean (± standard deviation) over {n} seed(s) of each run's final iterations.")
     return "\n".join(lines) + "\n"
@@ -130,13 +155,13 @@ def plot_curves(out: Path, algos: list[str], seeds: list[int]) -> list[Path]:
     import matplotlib.pyplot as plt
 
     paths = []
+    records = {(algo, seed): read_metrics(run_dir_for(out, algo, seed)) for algo in algos for seed in seeds}
     for name, key in METRICS.items():
+        if name not in ("reward", "violations") and not any(key in r for rs in records.values() for r in rs):
+            continue
         fig, ax = plt.subplots(figsize=(7, 4.5))
         for algo in algos:
-            curves = []
-            for seed in seeds:
-                records = read_metrics(run_dir_for(out, algo, seed))
-                curves.append([r.get(key, float("nan")) for r in records])
+            curves = [[r.get(key, float("nan")) for r in records[(algo, seed)]] for seed in seeds]
             length = min(len(c) for c in curves)
             data = np.asarray([c[:length] for c in curves], dtype=float)
             with np.errstate(all="ignore"):
@@ -146,8 +171,8 @@ def plot_curves(out: Path, algos: list[str], seeds: list[int]) -> list[Path]:
             ax.plot(x, mean, label=DISPLAY_NAMES.get(algo, algo))
             ax.fill_between(x, mean - std, mean + std, alpha=0.2)
         ax.set_xlabel("iteration")
-        ax.set_ylabel("episode reward" if name == "reward" else "violations per episode")
-        ax.set_title(f"{'Reward' if name == 'reward' else 'Constraint violations'} ({len(seeds)} seed(s))")
+        ax.set_ylabel(LABELS[name][1])
+        ax.set_title(f"{LABELS[name][0]} ({len(seeds)} seed(s))")
         ax.grid(alpha=0.3)
         ax.legend()
         fig.tight_layout()
@@ -277,9 +302,9 @@ def main(argv: list[str] | None = None) -> int:
     table = markdown_table(summary, algos)
     atomic_write_bytes(args.out / "table.md", table.encode())
     atomic_write_bytes(args.out / "results.json", (json.dumps(summary, indent=2) + "\n").encode())
-    plot_curves(args.out, algos, seeds)
     print(table)
-    print(f"aow-compare: wrote {args.out / 'table.md'}, reward.png, violations.png, results.json")
+    pngs = ", ".join(path.name for path in plot_curves(args.out, algos, seeds))
+    print(f"aow-compare: wrote {args.out / 'table.md'}, {pngs}, results.json")
     return 0
 
 
