@@ -1,0 +1,32 @@
+"""python -m training.curves: moving average and the four-panel PNG from metrics.jsonl."""
+
+from __future__ import annotations
+
+import json
+
+import numpy as np
+
+from training.curves import main, smooth
+
+
+def test_smooth_is_a_trailing_mean_that_skips_nan() -> None:
+    x = np.array([1.0, 3.0, np.nan, 5.0, 7.0])
+    assert np.allclose(smooth(x, 2), [1.0, 2.0, 3.0, 5.0, 6.0])
+    assert np.array_equal(smooth(x, 1), x, equal_nan=True)
+
+
+def test_curves_png_from_runs(tmp_path, capsys) -> None:
+    run = tmp_path / "run"
+    run.mkdir()
+    rows = [
+        {"iteration": i, "mean_reward": float(i), "mean_episode_length": 10.0 * i,
+         "episode/rew/lin_vel": 0.1 * i, "episode/rew/yaw_rate": 0.05 * i,
+         "episode/violations/joint_speed": 100.0 - i, "episode/violations/body_contact": 1.0}
+        for i in range(30)
+    ]  # fmt: skip
+    (run / "metrics.jsonl").write_text("\n".join(json.dumps(r) for r in rows) + "\n")
+    out = tmp_path / "curves.png"
+    assert main([f"np3o={run}", "--out", str(out), "--per-constraint"]) == 0
+    assert out.read_bytes()[:8] == b"\x89PNG\r\n\x1a\n" and out.stat().st_size > 10_000
+    assert main([str(tmp_path / "missing"), "--out", str(out)]) == 2
+    assert "no metrics.jsonl" in capsys.readouterr().err

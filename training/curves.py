@@ -1,0 +1,119 @@
+"""``python -m training.curves RUN_DIR [RUN_DIR ...] --out curves.png``: training curves of runs.
+
+One figure, four panels against iterations, one line per run: episode reward; the task-reward
+terms (velocity and yaw-rate tracking, per episode); violations per episode of every constraint
+(summed; per constraint with ``--per-constraint``); episode length. Read from each run's
+``metrics.jsonl`` (written by the runner), so it works on finished, running and copied runs.
+"""
+
+from __future__ import annotations
+
+import argparse
+import json
+import os
+import sys
+import tempfile
+from pathlib import Path
+
+import numpy as np
+
+PANELS = (
+    ("mean_reward", "episode reward"),
+    ("tracking", "tracking reward per episode"),
+    ("violations", "violations per episode"),
+    ("mean_episode_length", "episode length (policy steps)"),
+)
+
+
+def read_run(run_dir: Path) -> list[dict[str, float]]:
+    path = run_dir / "metrics.jsonl"
+    if not path.is_file():
+        raise FileNotFoundError(f"{run_dir}: no metrics.jsonl")
+    return [json.loads(line) for line in path.read_text().splitlines() if line.strip()]
+
+
+def smooth(values: np.ndarray, window: int) -> np.ndarray:
+    """Trailing moving average ignoring NaN (the first points average what exists)."""
+    if window <= 1 or values.size == 0:
+        return values
+    ok = np.isfinite(values)
+    sums = np.cumsum(np.where(ok, values, 0.0))
+    counts = np.cumsum(ok)
+    sums[window:] = sums[window:] - sums[:-window]
+    counts[window:] = counts[window:] - counts[:-window]
+    with np.errstate(invalid="ignore", divide="ignore"):
+        return np.where(counts > 0, sums / np.maximum(counts, 1), np.nan)
+
+
+def series(records: list[dict[str, float]], key: str) -> np.ndarray:
+    return np.array([r.get(key, np.nan) for r in records], dtype=float)
+
+
+def plot_runs(
+    runs: dict[str, list[dict[str, float]]], out: Path, window: int = 10, per_constraint: bool = False
+) -> Path:
+    import matplotlib
+
+    matplotlib.use("Agg")
+    import matplotlib.pyplot as plt
+
+    fig, axes = plt.subplots(2, 2, figsize=(11, 7), sharex=True)
+    for (key, label), ax in zip(PANELS, axes.ravel(), strict=True):
+        for name, records in runs.items():
+            x = series(records, "iteration")
+            if key == "tracking":
+                for term, style in (("episode/rew/lin_vel", "-"), ("episode/rew/yaw_rate", "--")):
+                    ax.plot(x, smooth(series(records, term), window), style, label=f"{name} {term.rsplit('/', 1)[1]}")
+            elif key == "violations":
+                names = sorted({k for r in records for k in r if k.startswith("episode/violations/")})
+                if per_constraint:
+                    for k in names:
+                        ax.plot(x, smooth(series(records, k), window), label=f"{name} {k.rsplit('/', 1)[1]}")
+                else:
+                    total = np.nansum([series(records, k) for k in names], axis=0) if names else x * np.nan
+                    ax.plot(x, smooth(total, window), label=name)
+            else:
+                ax.plot(x, smooth(series(records, key), window), label=name)
+        ax.set_ylabel(label)
+        ax.grid(alpha=0.3)
+        ax.legend(fontsize=7)
+    for ax in axes[1]:
+        ax.set_xlabel("iteration")
+    fig.suptitle(f"training curves ({window}-iteration moving average)")
+    fig.tight_layout()
+    out.parent.mkdir(parents=True, exist_ok=True)
+    fd, tmp = tempfile.mkstemp(prefix=f".{out.name}.", suffix=".png", dir=out.parent)
+    os.close(fd)
+    try:
+        fig.savefig(tmp, dpi=110)
+        os.replace(tmp, out)
+    finally:
+        Path(tmp).unlink(missing_ok=True)
+        plt.close(fig)
+    return out
+
+
+def main(argv: list[str] | None = None) -> int:
+    p = argparse.ArgumentParser(
+        prog="python -m training.curves", description=__doc__.split("\n\n")[1].replace("\n", " ")
+    )
+    p.add_argument("runs", nargs="+", type=Path, metavar="RUN_DIR", help="run directories (NAME=DIR to label one)")
+    p.add_argument("--out", type=Path, required=True, help="PNG to write")
+    p.add_argument("--window", type=int, default=10, help="moving-average window in iterations (default 10)")
+    p.add_argument("--per-constraint", action="store_true", help="one violation line per constraint")
+    args = p.parse_args(argv)
+    runs = {}
+    for item in args.runs:
+        name, sep, path = str(item).partition("=")
+        run_dir = Path(path) if sep else item
+        try:
+            runs[name if sep else run_dir.name] = read_run(run_dir)
+        except (FileNotFoundError, json.JSONDecodeError) as e:
+            print(f"training.curves: error: {e}", file=sys.stderr)
+            return 2
+    print(f"wrote {plot_runs(runs, args.out, args.window, args.per_constraint)}")
+    return 0
+
+
+if __name__ == "__main__":
+    sys.exit(main())
