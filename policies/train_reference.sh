@@ -1,19 +1,27 @@
 #!/usr/bin/env bash
 # Trains the reference policies of policies/: N-P3O on aow_flat and, for comparison, PPO with
-# Table I's constraint rewards, same budget, same seed, side by side on one machine.
+# Table I's constraint rewards, same config apart from the algorithm, then exports each to ONNX
+# (verified against PyTorch) and draws its training curves.
 #
-#   policies/train_reference.sh OUT_DIR [MINUTES] [NUM_ENVS] [DEVICE]
+#   policies/train_reference.sh OUT_DIR [ITERATIONS] [NUM_ENVS] [DEVICE]
 #
-# Each run gets half of the CPU cores for its MuJoCo thread pool. DEVICE (default: cuda when a
-# GPU is visible, else cpu) is where the networks and the MDP tensors live; the physics always
-# runs on CPU threads. The final checkpoint, config and metrics of each run are copied to OUT_DIR.
+# ITERATIONS (default 212) fixes the budget in samples: ITERATIONS x NUM_ENVS (default 2048) x 24
+# steps per run, whatever the machine. RUNS (default "np3o ppo") picks the runs; they train side
+# by side, each with its share of the CPU cores for its MuJoCo thread pool. DEVICE (default: cuda
+# when a GPU is visible, else cpu) is where the networks and the MDP tensors live; the physics
+# always runs on CPU threads. MAX_MINUTES, if set, stops a run early (checkpointed).
+#
+# N-P3O uses the appendix's robot-training schedule kappa_i = min(0.2, 0.1 * 1.0004^i) ("Scheduling
+# Constraint Minimization"), not the comparison's kappa = 1 (Table III), and cost limits 0.
 set -euo pipefail
-out=${1:?usage: train_reference.sh OUT_DIR [MINUTES] [NUM_ENVS] [DEVICE]}
-minutes=${2:-7}
+out=${1:?usage: train_reference.sh OUT_DIR [ITERATIONS] [NUM_ENVS] [DEVICE]}
+iterations=${2:-212}
 envs=${3:-2048}
 py=${PYTHON:-python3}
 device=${4:-$($py -c 'import torch; print("cuda" if torch.cuda.is_available() else "cpu")')}
-threads=$(( $(nproc) / 2 > 1 ? $(nproc) / 2 - 1 : 1 ))
+read -r -a runs <<< "${RUNS:-np3o ppo}"
+cores=$(nproc)
+threads=$(( cores / ${#runs[@]} > 1 ? cores / ${#runs[@]} : 1 ))
 work=${WORK_DIR:-/tmp/aow_reference_runs}
 mkdir -p "$out" "$work"
 
@@ -25,20 +33,35 @@ if [ "$device" = cuda ]; then
     device=cpu
   fi
 fi
-echo "device=$device threads_per_run=$threads envs=$envs minutes=$minutes"
+echo "device=$device runs=${runs[*]} threads_per_run=$threads envs=$envs iterations=$iterations"
 
-common=(--task aow_flat --num-envs "$envs" --iterations 100000 --seed 0 --max-minutes "$minutes"
-        --device "$device" --save-interval 25 --no-progress --env-override "sim.num_threads=$threads")
-$py -m training.train "${common[@]}" --algo np3o --run-dir "$work/aow_flat_np3o" &
-p1=$!
-$py -m training.train "${common[@]}" --algo ppo --env-override rewards.constraint_rewards=true \
-    --run-dir "$work/aow_flat_ppo" &
-p2=$!
-wait $p1 $p2
+common=(--task aow_flat --num-envs "$envs" --iterations "$iterations" --seed 0 --device "$device"
+        --save-interval 25 --no-progress --env-override "sim.num_threads=$threads")
+[ -n "${MAX_MINUTES:-}" ] && common+=(--max-minutes "$MAX_MINUTES")
+pids=()
+for run in "${runs[@]}"; do
+  case $run in
+    np3o) extra=(--algo np3o --set algo_params.kappa_init=0.1 --set algo_params.kappa_max=0.2) ;;
+    ppo) extra=(--algo ppo --env-override rewards.constraint_rewards=true) ;;
+    *) echo "unknown run $run (np3o or ppo)" >&2; exit 2 ;;
+  esac
+  dir="$work/aow_flat_$run"
+  if ls "$dir"/model_*.pt >/dev/null 2>&1; then
+    OMP_NUM_THREADS=$threads $py -m training.train --resume "$dir" --iterations "$iterations" --no-progress ${MAX_MINUTES:+--max-minutes "$MAX_MINUTES"} &
+  else
+    OMP_NUM_THREADS=$threads $py -m training.train "${common[@]}" "${extra[@]}" --run-dir "$dir" &
+  fi
+  pids+=($!)
+done
+wait "${pids[@]}"
 
-for run in aow_flat_np3o aow_flat_ppo; do
-  mkdir -p "$out/$run"
-  last=$(ls -v "$work/$run"/model_*.pt | tail -1)
-  cp "$last" "$out/$run/$(basename "$last")"
-  cp "$work/$run/config.yaml" "$work/$run/metrics.jsonl" "$out/$run/"
+for run in "${runs[@]}"; do
+  dir="$work/aow_flat_$run"
+  dest="$out/aow_flat_$run"
+  mkdir -p "$dest"
+  last=$(ls -v "$dir"/model_*.pt | tail -1)
+  cp "$last" "$dest/$(basename "$last")"
+  cp "$dir/config.yaml" "$dir/metrics.jsonl" "$dest/"
+  $py -m export "$dest/$(basename "$last")" --output "$dest/policy.onnx"
+  $py -m training.curves "$run=$dest" --out "$dest/training_curves.png" --per-constraint
 done
