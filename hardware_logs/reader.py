@@ -345,8 +345,11 @@ class BagSource:
         self.close()
 
     def _warn(self, text: str, partial: bool = True) -> None:
+        # Called from the read-ahead thread and the analysis alike: list.append is atomic and
+        # partial only ever becomes True, so no update is lost.
         self.warnings.append(text)
-        self.partial = self.partial or partial
+        if partial:
+            self.partial = True
 
     # ---- types -------------------------------------------------------------------------------
     def typestore(self) -> Typestore:
