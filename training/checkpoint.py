@@ -26,11 +26,12 @@ environment state, episode sums: what an exact resume needs).
 from __future__ import annotations
 
 import os
-import tempfile
 from pathlib import Path
 from typing import Any
 
 import torch
+
+from aow_policy.fileio import atomic_output
 
 FORMAT = "aow-checkpoint"
 VERSION = 1
@@ -63,17 +64,8 @@ def save_checkpoint(path: str | os.PathLike[str], payload: dict[str, Any]) -> Pa
     if missing:
         raise CheckpointError(f"checkpoint payload lacks key(s) {missing}")
     path = Path(path)
-    path.parent.mkdir(parents=True, exist_ok=True)
-    fd, tmp = tempfile.mkstemp(prefix=f".{path.name}.", suffix=".tmp", dir=path.parent)
-    try:
-        with os.fdopen(fd, "wb") as f:
-            torch.save(payload, f)
-            f.flush()
-            os.fsync(f.fileno())
-        os.replace(tmp, path)
-    except BaseException:
-        Path(tmp).unlink(missing_ok=True)
-        raise
+    with atomic_output(path) as tmp:
+        torch.save(payload, tmp)
     return path
 
 

@@ -22,16 +22,14 @@ from __future__ import annotations
 import argparse
 import json
 import math
-import os
 import sys
-import tempfile
 from concurrent.futures import ProcessPoolExecutor
 from pathlib import Path
 from typing import Any
 
 import numpy as np
 
-from aow_policy.fileio import atomic_write_bytes
+from aow_policy.fileio import atomic_output, atomic_write_bytes
 from training.algorithms import ALGORITHMS
 from training.config import ConfigError, TrainConfig, apply_override
 
@@ -177,13 +175,10 @@ def plot_curves(out: Path, algos: list[str], seeds: list[int]) -> list[Path]:
         ax.legend()
         fig.tight_layout()
         path = out / f"{name}.png"
-        fd, tmp = tempfile.mkstemp(prefix=f".{path.name}.", suffix=".png", dir=out)
-        os.close(fd)
         try:
-            fig.savefig(tmp, dpi=120)
-            os.replace(tmp, path)
+            with atomic_output(path, suffix=".png") as tmp:
+                fig.savefig(tmp, dpi=120)
         finally:
-            Path(tmp).unlink(missing_ok=True)
             plt.close(fig)
         paths.append(path)
     return paths

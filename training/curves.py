@@ -10,12 +10,12 @@ from __future__ import annotations
 
 import argparse
 import json
-import os
 import sys
-import tempfile
 from pathlib import Path
 
 import numpy as np
+
+from aow_policy.fileio import atomic_output
 
 PANELS = (
     ("mean_reward", "episode reward"),
@@ -81,14 +81,10 @@ def plot_runs(
         ax.set_xlabel("iteration")
     fig.suptitle(f"training curves ({window}-iteration moving average)")
     fig.tight_layout()
-    out.parent.mkdir(parents=True, exist_ok=True)
-    fd, tmp = tempfile.mkstemp(prefix=f".{out.name}.", suffix=".png", dir=out.parent)
-    os.close(fd)
     try:
-        fig.savefig(tmp, dpi=110)
-        os.replace(tmp, out)
+        with atomic_output(out, suffix=".png") as tmp:
+            fig.savefig(tmp, dpi=110)
     finally:
-        Path(tmp).unlink(missing_ok=True)
         plt.close(fig)
     return out
 
