@@ -14,7 +14,8 @@ Each policy runs two 60 s command sequences (after standing up), on flat ground:
 Violations are the violation monitor's (the same definitions as the training costs and the
 offline statistics): per policy step, "some leg joint above the limit", counted per 20 s episode
 as the paper reports them. The bar for a candidate against the baseline (``--baseline``):
-settled forward error below 0.2 m/s, no fall in either sequence, and joint-speed violations
+settled forward error below 0.2 m/s, no fall in the reference sequence (falls in the full-range
+one are reported beside it), and joint-speed violations
 per episode at least 10 times fewer than the baseline's over both sequences together (not
 demonstrable when the baseline has none). Writes ``OUT/evaluation.md`` and ``OUT/evaluation.json``.
 """
@@ -105,7 +106,8 @@ def bar_check(candidate: PolicyScore, baseline: PolicyScore | None) -> dict[str,
     """The reference bar of issue 8 for ``candidate`` (violations compared with ``baseline``)."""
     checks: dict[str, Any] = {
         "forward_error_below_0.2": candidate.forward_error is not None and candidate.forward_error < FORWARD_ERROR_BAR,
-        "no_fall": not any(candidate.falls.values()),
+        # The bar's "no fall in 60 s over the scripted sequence"; full-range falls are reported.
+        "no_fall": candidate.falls.get("reference", 0) == 0,
     }
     if baseline is not None:
         mine = candidate.total_per_episode("velocity")
@@ -144,7 +146,10 @@ def markdown(scores: list[PolicyScore], checks: dict[str, dict[str, Any]]) -> st
             f"| {_fmt(vpe['reference']['effort'])} / {_fmt(vpe['full_range']['effort'])} |"
         )
     if checks:
-        lines += ["", "| policy | forward err < 0.2 | no fall | joint-speed violations ≥ 10× fewer | passes |"]
+        lines += [
+            "",
+            "| policy | forward err < 0.2 | no fall (reference seq.) | joint-speed violations ≥ 10× fewer | passes |",
+        ]
         lines.append("| --- | --- | --- | --- | --- |")
         for name, c in checks.items():
             factor = c.get("joint_speed_violation_factor")

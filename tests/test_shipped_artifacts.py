@@ -71,3 +71,21 @@ def test_make_demo_one_minute_end_to_end(tmp_path: Path):
     summary = json.loads((run / "replay_report" / "summary.json").read_text())
     assert summary["velocity"]["samples"] > 0 and "violations_per_window" in summary["velocity"]
     assert json.loads((run / "sim2sim.json").read_text())["final_state"] == "POLICY"
+
+
+@pytest.mark.slow
+def test_shipped_evaluation_reproduces(tmp_path: Path):
+    """policies/evaluation.json (python -m sim2sim.evaluate on the shipped policies) is reproduced:
+    the same tracking errors within 0.05 and the same falls for every shipped policy."""
+    shipped = json.loads((ROOT / "policies" / "evaluation.json").read_text())
+    argv = [sys.executable, "-m", "sim2sim.evaluate", "--out", str(tmp_path), "--no-progress"]
+    for p in shipped["policies"]:
+        argv += ["--policy", f"{p['name']}={ROOT / p['path']}"]
+    if shipped["baseline"]:
+        argv += ["--baseline", shipped["baseline"]]
+    subprocess.run(argv, check=True, cwd=ROOT, timeout=900)
+    fresh = {p["name"]: p for p in json.loads((tmp_path / "evaluation.json").read_text())["policies"]}
+    for p in shipped["policies"]:
+        again = fresh[p["name"]]
+        assert again["forward_error"] == pytest.approx(p["forward_error"], abs=0.05)
+        assert again["falls"] == p["falls"]

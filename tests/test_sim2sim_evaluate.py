@@ -42,6 +42,9 @@ def test_bar_passes_only_when_every_part_holds() -> None:
     assert not slow["forward_error_below_0.2"] and not slow["passes"]
     fell = bar_check(score("fell", 0.1, 1, speed_steps=0), baseline)
     assert not fell["no_fall"] and not fell["passes"]
+    stressed = score("stressed", 0.1, 0, speed_steps=0)
+    stressed.falls["full_range"] = 1  # a fall at the edge of the command ranges: reported, not the bar's
+    assert bar_check(stressed, baseline)["no_fall"]
     violent = bar_check(score("violent", 0.1, 0, speed_steps=31), baseline)
     assert violent["joint_speed_violation_factor"] == pytest.approx(300 / 31)
     assert not violent["violations_10x_fewer"] and not violent["passes"]
