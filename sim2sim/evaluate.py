@@ -68,16 +68,14 @@ class PolicyScore:
     violations_per_episode: dict[str, dict[str, float]]  # sequence -> quantity -> per 20 s episode
     violating_steps: dict[str, dict[str, int]]  # sequence -> quantity -> policy steps
     policy_steps: dict[str, int]
+    episode_steps: float = 1000.0  # policy steps per episode (the monitor's 20 s at 50 Hz)
 
     def total_per_episode(self, quantity: str) -> float:
         """Violating policy steps per episode over all sequences together."""
         steps = sum(self.policy_steps.values())
         if not steps:
             return float("nan")
-        episode_steps = self._episode_steps
-        return sum(v[quantity] for v in self.violating_steps.values()) / steps * episode_steps
-
-    _episode_steps: float = 1000.0
+        return sum(v[quantity] for v in self.violating_steps.values()) / steps * self.episode_steps
 
 
 def evaluate_policy(name: str, path: Path, progress: bool = False) -> PolicyScore:
@@ -96,7 +94,7 @@ def evaluate_policy(name: str, path: Path, progress: bool = False) -> PolicyScor
         score.violations_per_episode[sequence] = {q: float(x) for q, x in v["violations_per_episode"].items()}
         score.violating_steps[sequence] = {q: int(x) for q, x in v["violating_policy_steps"].items()}
         score.policy_steps[sequence] = int(v["policy_steps"])
-        score._episode_steps = float(v["episode_s"]) / float(v["policy_dt"])
+        score.episode_steps = float(v["episode_s"]) / float(v["policy_dt"])
         if sequence == "reference" and errors.get("forward"):
             score.forward_error = float(errors["forward"][0])
     return score
@@ -208,7 +206,7 @@ def main(argv: list[str] | None = None) -> int:
         "baseline": args.baseline,
         "policies": [
             {
-                **{k: v for k, v in vars(s).items() if not k.startswith("_")},
+                **vars(s),
                 "joint_speed_per_episode_all": s.total_per_episode("velocity"),
             }
             for s in scores

@@ -16,6 +16,7 @@ from pathlib import Path
 import numpy as np
 
 from aow_policy.fileio import atomic_output
+from training.compare import read_metrics
 
 PANELS = (
     ("mean_reward", "episode reward"),
@@ -23,13 +24,6 @@ PANELS = (
     ("violations", "violations per episode"),
     ("mean_episode_length", "episode length (policy steps)"),
 )
-
-
-def read_run(run_dir: Path) -> list[dict[str, float]]:
-    path = run_dir / "metrics.jsonl"
-    if not path.is_file():
-        raise FileNotFoundError(f"{run_dir}: no metrics.jsonl")
-    return [json.loads(line) for line in path.read_text().splitlines() if line.strip()]
 
 
 def smooth(values: np.ndarray, window: int) -> np.ndarray:
@@ -103,7 +97,7 @@ def main(argv: list[str] | None = None) -> int:
         name, sep, path = str(item).partition("=")
         run_dir = Path(path) if sep else item
         try:
-            runs[name if sep else run_dir.name] = read_run(run_dir)
+            runs[name if sep else run_dir.name] = read_metrics(run_dir)
         except (FileNotFoundError, json.JSONDecodeError) as e:
             print(f"training.curves: error: {e}", file=sys.stderr)
             return 2
