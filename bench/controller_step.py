@@ -1,12 +1,14 @@
 """Latency of one control step of the deployment runtime, as the controller node runs it.
 
-    python -m bench.controller_step [--json] [--quick] [--steps N] [--rclpy-like]
+    python -m bench.controller_step [--json] [--quick] [--steps N] [--rclpy-like] [--numpy-scan]
 
 One timed step = converting a JointState (16 joints, shuffled order, with an extra joint), an
 Odometry and the latest GridMap (200 x 200 cells, 0.05 m, non-zero circular start indices) into
 the controller core (``on_joint_state``, ``on_odometry``, ``on_grid_map``) plus ``core.step(now)``
-in POLICY: watchdogs, the 187-point bilinear height scan, the observation and ONNX inference
-(an ELU MLP 243 -> 256 -> 128 -> 64 -> 16 with the policy contract in its metadata, run by
+in POLICY: watchdogs, the 187-point bilinear height scan (the C fast path of
+:mod:`aow_policy._scan` where it is built, as on the robot; ``--numpy-scan`` for the NumPy one),
+the observation and ONNX inference (an ELU MLP 243 -> 256 -> 128 -> 64 -> 16 with the policy
+contract in its metadata, run by
 :class:`aow_policy.policy.PolicyRunner`). Messages are rosbags' classes (numpy sequences) or, with
 ``--rclpy-like``, objects whose sequences are ``array.array`` as rclpy delivers them. The robot
 pose changes every step, so nothing is cached across steps.
@@ -38,6 +40,7 @@ from typing import Any
 import numpy as np
 from rosbags.typesys import Stores, get_typestore
 
+from aow_policy import heightmap
 from aow_policy.controller import ControllerConfig, ControllerCore, ControllerState
 from aow_policy.messages import MessageFactory, grid_map_msg, joint_state_msg, odometry_msg, twist_msg
 from aow_policy.policy import PolicyRunner
@@ -118,7 +121,7 @@ def percentiles(samples_ns: np.ndarray) -> dict[str, float]:
     }
 
 
-def run(steps: int, rclpy_like: bool, progress: bool = True) -> dict[str, Any]:
+def run(steps: int, rclpy_like: bool, progress: bool = True, numpy_scan: bool = False) -> dict[str, Any]:
     robot = load_robot()
     factory = MessageFactory.from_typestore(get_typestore(Stores.ROS2_HUMBLE))
     msgs = build_messages(robot, factory, rclpy_like)
@@ -126,7 +129,12 @@ def run(steps: int, rclpy_like: bool, progress: bool = True) -> dict[str, Any]:
         path = write_onnx_policy(Path(tmp) / "policy.onnx", policy_contract_for(robot))
         policy = PolicyRunner.load(path, robot)
     # the map's stamp does not advance in this loop: its age is checked against arrival only
-    core = ControllerCore(robot, policy, ControllerConfig(stand_up_duration=0.0, height_map_stamp_max_age=0.0))
+    native_default = heightmap.NATIVE_AVAILABLE
+    heightmap.NATIVE_AVAILABLE = native_default and not numpy_scan  # the scanner reads it when built
+    try:
+        core = ControllerCore(robot, policy, ControllerConfig(stand_up_duration=0.0, height_map_stamp_max_age=0.0))
+    finally:
+        heightmap.NATIVE_AVAILABLE = native_default
     js, odom, maps = msgs["joint_states"], msgs["odometry"], msgs["maps"]
     dt = robot.rates.policy_dt
     t = 0.0
@@ -209,6 +217,7 @@ def run(steps: int, rclpy_like: bool, progress: bool = True) -> dict[str, Any]:
         "messages": "rclpy-like (array.array)" if rclpy_like else "rosbags classes (numpy)",
         "map_cells": f"{MAP_CELLS}x{MAP_CELLS}",
         "scan_points": robot.height_scan.num_points,
+        "native_scan": bool(core.scanner is not None and core.scanner.native),
         "loadavg_1min": os.getloadavg()[0],
     }
 
@@ -221,15 +230,19 @@ def main(argv: list[str] | None = None) -> int:
     parser.add_argument("--quick", action="store_true", help="2,000 steps instead of 10,000 (well under a minute)")
     parser.add_argument("--steps", type=int, default=None, help="number of timed steps (default 10,000)")
     parser.add_argument("--rclpy-like", action="store_true", help="messages with array.array sequences, as from rclpy")
+    parser.add_argument(
+        "--numpy-scan", action="store_true", help="height scan on the NumPy path even where the C module is built"
+    )
     args = parser.parse_args(argv)
     steps = args.steps or (2_000 if args.quick else 10_000)
     if steps < 100:
         parser.error("--steps must be at least 100 (p99 needs samples)")
-    result = run(steps, args.rclpy_like, progress=not args.json)
+    result = run(steps, args.rclpy_like, progress=not args.json, numpy_scan=args.numpy_scan)
     print(
         f"controller step ({result['messages']}, {steps} steps): p50 {result['p50_us']:.1f} us, "
         f"p99 {result['p99_us']:.1f} us, max {result['max_us']:.0f} us (goal p99 <= {GOAL_P99_US:.0f} us: "
-        f"{'met' if result['meets_goal'] else 'NOT met'}); ONNX inference alone p50 {result['inference_p50_us']:.1f} "
+        f"{'met' if result['meets_goal'] else 'NOT met'}; scan in {'C' if result['native_scan'] else 'NumPy'}); "
+        f"ONNX inference alone p50 {result['inference_p50_us']:.1f} "
         f"us, p99 {result['inference_p99_us']:.1f} us; thread CPU time per step p50 {result['cpu_p50_us']:.1f} us, "
         f"p99 {result['cpu_p99_us']:.1f} us; preempted {result['involuntary_context_switches']} times; "
         f"load {result['loadavg_1min']:.2f}"

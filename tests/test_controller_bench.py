@@ -4,6 +4,7 @@ from __future__ import annotations
 
 import json
 
+from aow_policy import heightmap
 from bench import controller_step
 
 
@@ -19,3 +20,12 @@ def test_bench_rclpy_like_messages_convert_alike(capsys):
     assert controller_step.main(["--steps", "100", "--json", "--rclpy-like"]) == 0
     result = json.loads(capsys.readouterr().out.strip().splitlines()[-1])
     assert result["messages"].startswith("rclpy-like")
+
+
+def test_bench_numpy_scan_flag_selects_the_numpy_path(capsys):
+    assert controller_step.main(["--steps", "100", "--json", "--numpy-scan"]) == 0
+    result = json.loads(capsys.readouterr().out.strip().splitlines()[-1])
+    assert result["native_scan"] is False
+    assert controller_step.main(["--steps", "100", "--json"]) == 0
+    result = json.loads(capsys.readouterr().out.strip().splitlines()[-1])
+    assert result["native_scan"] is heightmap.NATIVE_AVAILABLE  # the flag did not leak

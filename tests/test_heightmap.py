@@ -13,6 +13,7 @@ import numpy as np
 import pytest
 from rosbags.typesys import Stores, get_typestore
 
+from aow_policy import heightmap
 from aow_policy.heightmap import HeightScanError, HeightScanner, height_scan
 from aow_policy.messages import MessageError, grid_map_layer
 from aow_policy.msg_defs import register_grid_map_types
@@ -21,6 +22,17 @@ from aow_policy.robot import load_robot
 TS = register_grid_map_types(get_typestore(Stores.ROS2_HUMBLE))
 T = TS.types
 ROBOT = load_robot()
+
+
+@pytest.fixture(autouse=True, params=["native", "numpy"])
+def scan_path(request, monkeypatch):
+    """Every test here runs on both fast paths: the C module and the NumPy one."""
+    if request.param == "native":
+        if not heightmap.NATIVE_AVAILABLE:
+            pytest.skip("the C height-scan module aow_policy._scan is not built (no C compiler at install)")
+    else:
+        monkeypatch.setattr(heightmap, "NATIVE_AVAILABLE", False)
+    return request.param
 
 
 def bilinear_terrain(x, y):
@@ -217,3 +229,46 @@ def test_malformed_maps_refused():
     msg.info.pose.orientation.z = 0.3
     with pytest.raises(MessageError, match="rotated"):
         grid_map_layer(msg)
+
+
+def test_native_and_numpy_paths_agree_on_random_maps_and_poses(scan_path):
+    """The C fast path gives the NumPy path's heights and validity wherever either applies:
+    interior poses, poses near and past the map edge, and maps with NaN cells."""
+    if heightmap._native_scan is None:
+        pytest.skip("the C height-scan module aow_policy._scan is not built")
+    interior_scans = 0
+    rng = np.random.default_rng(3)
+    for trial in range(12):
+        rows, cols = int(rng.integers(25, 60)), int(rng.integers(25, 60))
+        nan_cells = {(int(rng.integers(rows)), int(rng.integers(cols))) for _ in range(trial % 3 * 20)}
+        msg = make_grid_map(
+            {"elevation": wavy_terrain},
+            rows=rows,
+            cols=cols,
+            res=0.1,
+            outer=int(rng.integers(rows)),
+            inner=int(rng.integers(cols)),
+            row_major=bool(trial % 2),
+            nan_cells=nan_cells,
+        )
+        layer = grid_map_layer(msg)
+        native = HeightScanner(ROBOT.height_scan, native=True)
+        numpy_path = HeightScanner(ROBOT.height_scan, native=False)
+        for _ in range(20):
+            # map x in [1 - rows/20, 1 + rows/20], y in [-2 - cols/20, -2 + cols/20]; some scans leave it
+            bx = 1.0 + rng.uniform(-0.6, 0.6) * rows * 0.1
+            by = -2.0 + rng.uniform(-0.6, 0.6) * cols * 0.1
+            yaw = rng.uniform(-math.pi, math.pi)
+            a = native.scan(layer, bx, by, yaw).copy()
+            b = numpy_path.scan(layer, bx, by, yaw)
+            np.testing.assert_array_equal(native.valid, numpy_path.valid)
+            np.testing.assert_allclose(a, b, rtol=0, atol=1e-12)
+            assert native.valid_fraction == numpy_path.valid_fraction
+            interior_scans += native.valid_fraction == 1.0
+    assert interior_scans > 50  # the C path itself ran, not only the general path it hands over to
+
+
+def test_native_scan_refused_when_not_built(monkeypatch, scan_path):
+    monkeypatch.setattr(heightmap, "_native_scan", None)
+    with pytest.raises(ValueError, match="not built"):
+        HeightScanner(ROBOT.height_scan, native=True)

@@ -7,6 +7,7 @@ it the test is skipped with that reason. The build goes to a temporary workspace
 from __future__ import annotations
 
 import os
+import shutil
 import subprocess
 import sys
 import xml.etree.ElementTree as ET
@@ -76,3 +77,15 @@ def test_installed_copy_passes_the_package_tests(installed):
         timeout=300,
     )
     assert tests.returncode == 0, tests.stdout + tests.stderr
+
+
+def test_colcon_build_compiles_the_height_scan_extension(installed):
+    """The C fast path is built and importable from the installed copy where a compiler exists."""
+    if shutil.which("cc") is None and shutil.which("gcc") is None:
+        pytest.skip("no C compiler here: the package installs without its optional C module")
+    site = next(installed.glob("lib/python3*/site-packages"))
+    assert list((site / "aow_policy").glob("_scan*.so")), "colcon build did not compile aow_policy._scan"
+    env = {**os.environ, "PYTHONPATH": str(site)}
+    probe = "import aow_policy.heightmap as h; print(h.NATIVE_AVAILABLE, h._native_scan.__file__)"
+    out = subprocess.run([sys.executable, "-c", probe], env=env, capture_output=True, text=True, check=True)
+    assert out.stdout.startswith("True " + str(site)), out.stdout

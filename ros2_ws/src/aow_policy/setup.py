@@ -2,9 +2,19 @@
 
 from glob import glob
 
-from setuptools import find_packages, setup
+from setuptools import Extension, find_packages, setup
 
 package_name = "aow_policy"
+
+# The height scan's C fast path (aow_policy/_scan.c). optional=True: without a C compiler the
+# build goes on and the runtime uses the NumPy path (same results, ~30 us more per control step).
+# -ffp-contract=off: no fused multiply-adds, so the rounding matches the NumPy path.
+scan_extension = Extension(
+    "aow_policy._scan",
+    sources=["aow_policy/_scan.c"],
+    extra_compile_args=["-O2", "-ffp-contract=off"],
+    optional=True,
+)
 
 setup(
     name=package_name,
@@ -17,7 +27,8 @@ setup(
         ("share/" + package_name + "/config", glob("config/*.yaml")),
     ],
     install_requires=["setuptools", "numpy", "pyyaml", "onnxruntime"],
-    zip_safe=True,
+    ext_modules=[scan_extension],
+    zip_safe=False,
     maintainer="AoW toolkit developers",
     maintainer_email="dev@aow.local",
     description="ONNX locomotion policy runtime and violation monitor for the AoW robot.",

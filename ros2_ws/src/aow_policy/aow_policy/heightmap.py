@@ -27,6 +27,13 @@ import numpy as np
 from aow_policy.messages import GridMapLayer, grid_map_layer
 from aow_policy.robot import HeightScanGrid, Robot
 
+try:  # the C fast path (aow_policy/_scan.c); optional: the NumPy fast path does the same work
+    from aow_policy import _scan as _native_scan
+except ImportError:
+    _native_scan = None
+
+NATIVE_AVAILABLE = _native_scan is not None
+
 SAMPLING_METHODS = ("bilinear", "nearest")
 
 
@@ -53,6 +60,10 @@ class HeightScanner:
     a convex grid under an affine map is convex) and no gathered cell is NaN, the interpolation
     is two lerps without masks or clamps; otherwise a general path applies the edge, outside and
     NaN rules. No numpy call here allocates an array (no broadcasting, no casting buffers).
+
+    With ``native`` (default: when the C module is built) the bilinear fast path runs as one C
+    call (:mod:`aow_policy._scan`, the same arithmetic; ~1 us instead of ~30 us of NumPy calls);
+    whatever it declines (edges, outside, NaN) goes the same general path.
     """
 
     def __init__(
@@ -61,8 +72,14 @@ class HeightScanner:
         method: str = "bilinear",
         min_valid_fraction: float = 0.5,
         out: np.ndarray | None = None,
+        native: bool | None = None,
     ):
-        """``out``: a float64 buffer of the grid's size to write the heights into (e.g. a view)."""
+        """``out``: a float64 buffer of the grid's size to write the heights into (e.g. a view).
+        ``native``: use the C fast path (None: when it is built; True without it is an error)."""
+        if native and _native_scan is None:
+            raise ValueError("native height scan requested, but aow_policy._scan is not built (needs a C compiler)")
+        self._native = NATIVE_AVAILABLE if native is None else bool(native)
+        self._native_ready = False  # C path usable for the current layer
         if method not in SAMPLING_METHODS:
             raise ValueError(f"height scan method must be one of {SAMPLING_METHODS}, got {method!r}")
         if not 0.0 < min_valid_fraction <= 1.0:
@@ -74,6 +91,7 @@ class HeightScanner:
         n = len(points)
         self.num_points = n
         self._local = np.vstack([points.T, np.ones(n)])  # (3, n): x, y, 1
+        self._points_xy = np.ascontiguousarray(points[:, :2])  # (n, 2) for the C fast path
         xs, ys = points[:, 0].tolist(), points[:, 1].tolist()
         self._corners = [(x, y) for x in (min(xs), max(xs)) for y in (min(ys), max(ys))]  # Python floats
         self._affine = np.empty((2, 3))
@@ -142,6 +160,19 @@ class HeightScanner:
         self._corner_x = layer.center_x + 0.5 * layer.length_x - half
         self._corner_y = layer.center_y + 0.5 * layer.length_y - half
         self._hi_x, self._hi_y = layer.rows - 1 - 1e-9, layer.cols - 1 - 1e-9
+        values = layer.values
+        self._native_ready = (
+            self._native
+            and self.method == "bilinear"
+            and values.dtype == np.float32
+            and values.dtype.isnative
+            and values.ndim == 1
+            and values.flags.c_contiguous
+        )
+        self._native_args = (
+            values, self._points_xy, self.heights, layer.rows, layer.cols, layer.row_stride, layer.col_stride,
+            layer.outer_start, layer.inner_start,
+        )  # fmt: skip
 
     def scan(self, layer: GridMapLayer, base_x: float, base_y: float, base_yaw: float) -> np.ndarray:
         """Heights (map frame, metres) at the grid points; returns the internal buffer.
@@ -161,6 +192,11 @@ class HeightScanner:
         inv = self._inv_resolution
         a00, a01, a02 = -c * inv, s * inv, (self._corner_x - base_x) * inv
         a10, a11, a12 = -s * inv, -c * inv, (self._corner_y - base_y) * inv
+        if self._native_ready and _native_scan.bilinear_interior(*self._native_args, a00, a01, a02, a10, a11, a12):
+            if self.valid_fraction != 1.0:
+                self.valid.fill(True)
+                self.valid_fraction = 1.0
+            return self.heights
         af = self._affine_flat  # one integer index per element: cheaper than a[i, j]
         af[0], af[1], af[2], af[3], af[4], af[5] = a00, a01, a02, a10, a11, a12
         self._affine.dot(self._local, out=self._k)  # ndarray.dot: the cheapest call for this small product
@@ -304,6 +340,11 @@ class HeightScanner:
             fill = float(np.median(self.heights[self.valid])) if count else math.nan
             np.copyto(self.heights, fill, where=~self.valid)
         return self.heights
+
+    @property
+    def native(self) -> bool:
+        """Whether the bilinear fast path runs in C (:mod:`aow_policy._scan`)."""
+        return self._native
 
     @property
     def is_usable(self) -> bool:
