@@ -13,7 +13,10 @@ contract in its metadata, run by
 ``--rclpy-like``, objects whose sequences are ``array.array`` as rclpy delivers them. The robot
 pose changes every step, so nothing is cached across steps.
 
-Baseline in the same run: ONNX inference alone on the same observations.
+Baselines in the same run: ONNX inference alone on the same observations; and, where the C scan
+is built, the step with the C scan against the step with the NumPy scan (two cores timed in
+alternating blocks of 500 steps: ab_c_scan_p50_us/_p99_us, ab_numpy_scan_p50_us/_p99_us,
+c_scan_speedup_p50).
 The last stdout line with --json is one object with p50_us and p99_us of the step (goal: p99 <=
 200 us) and the baseline's inference_p50_us / inference_p99_us. The CPU is shared: timings vary
 with the load, which is reported (loadavg_1min), together with the thread's CPU time per step
@@ -121,46 +124,80 @@ def percentiles(samples_ns: np.ndarray) -> dict[str, float]:
     }
 
 
+class StepDriver:
+    """A controller core in POLICY fed from the message pool, one timed-step function."""
+
+    def __init__(self, robot: Robot, policy_path: Path, msgs: dict[str, list], numpy_scan: bool):
+        self.policy = PolicyRunner.load(policy_path, robot)
+        native_default = heightmap.NATIVE_AVAILABLE
+        heightmap.NATIVE_AVAILABLE = native_default and not numpy_scan  # the scanner reads it when built
+        try:
+            # the map's stamp does not advance in this loop: its age is checked against arrival only
+            config = ControllerConfig(stand_up_duration=0.0, height_map_stamp_max_age=0.0)
+            self.core = ControllerCore(robot, self.policy, config)
+        finally:
+            heightmap.NATIVE_AVAILABLE = native_default
+        self.msgs, self.dt, self.t = msgs, robot.rates.policy_dt, 0.0
+        core = self.core
+        core.on_joint_state(msgs["joint_states"][0], 0.0)
+        core.on_odometry(msgs["odometry"][0], 0.0)
+        core.on_grid_map(msgs["maps"][0], 0.0)
+        core.on_command(msgs["command"][0], 0.0)
+        ok, why = core.start(0.0)
+        if not ok:
+            raise RuntimeError(why)
+        for i in range(200):  # warm-up: stand-up, then POLICY
+            self.step(i)
+        self.check()
+
+    @property
+    def native_scan(self) -> bool:
+        return self.core.scanner is not None and self.core.scanner.native
+
+    def step(self, i: int) -> int:
+        """Advances the clock, runs one step; returns the clock after the conversions."""
+        core, msgs = self.core, self.msgs
+        self.t = t = self.t + self.dt
+        if i % 20 == 0:
+            core.on_command(msgs["command"][0], t)
+        core.on_joint_state(msgs["joint_states"][i % POOL], t)
+        core.on_odometry(msgs["odometry"][i % POOL], t)
+        core.on_grid_map(msgs["maps"][(i // 5) % 2], t)  # a new map every 5th step (10 Hz at 50 Hz)
+        converted = time.perf_counter_ns()
+        core.step(t)
+        return converted
+
+    def check(self) -> None:
+        if self.core.state is not ControllerState.POLICY:
+            raise RuntimeError(f"controller not in POLICY: {self.core.state} ({self.core.fault})")
+
+
+def _alternating_blocks(drivers: list[StepDriver], steps: int, block: int = 500) -> list[np.ndarray]:
+    """Step latencies of each driver, timed in alternating blocks so that drifts of the shared
+    machine's speed fall on all of them alike."""
+    samples = [np.empty(steps, dtype=np.int64) for _ in drivers]
+    clock = time.perf_counter_ns
+    for first in range(0, steps, block):
+        for driver, out in zip(drivers, samples, strict=True):
+            for i in range(first, min(first + block, steps)):
+                start = clock()
+                driver.step(i)
+                out[i] = clock() - start
+    for driver in drivers:
+        driver.check()
+    return samples
+
+
 def run(steps: int, rclpy_like: bool, progress: bool = True, numpy_scan: bool = False) -> dict[str, Any]:
     robot = load_robot()
     factory = MessageFactory.from_typestore(get_typestore(Stores.ROS2_HUMBLE))
     msgs = build_messages(robot, factory, rclpy_like)
     with tempfile.TemporaryDirectory() as tmp:
         path = write_onnx_policy(Path(tmp) / "policy.onnx", policy_contract_for(robot))
-        policy = PolicyRunner.load(path, robot)
-    # the map's stamp does not advance in this loop: its age is checked against arrival only
-    native_default = heightmap.NATIVE_AVAILABLE
-    heightmap.NATIVE_AVAILABLE = native_default and not numpy_scan  # the scanner reads it when built
-    try:
-        core = ControllerCore(robot, policy, ControllerConfig(stand_up_duration=0.0, height_map_stamp_max_age=0.0))
-    finally:
-        heightmap.NATIVE_AVAILABLE = native_default
-    js, odom, maps = msgs["joint_states"], msgs["odometry"], msgs["maps"]
-    dt = robot.rates.policy_dt
-    t = 0.0
-    core.on_joint_state(js[0], t)
-    core.on_odometry(odom[0], t)
-    core.on_grid_map(maps[0], t)
-    core.on_command(msgs["command"][0], t)
-    ok, why = core.start(t)
-    if not ok:
-        raise RuntimeError(why)
-
-    def one_step(i: int) -> int:
-        """Runs one step; returns the clock after the conversions (before core.step)."""
-        core.on_joint_state(js[i % POOL], t)
-        core.on_odometry(odom[i % POOL], t)
-        core.on_grid_map(maps[(i // 5) % 2], t)  # a new map every 5th step (10 Hz at 50 Hz)
-        converted = time.perf_counter_ns()
-        core.step(t)
-        return converted
-
-    for i in range(200):  # warm-up: stand-up, then POLICY
-        t += dt
-        core.on_command(msgs["command"][0], t)
-        one_step(i)
-    if core.state is not ControllerState.POLICY:
-        raise RuntimeError(f"controller not in POLICY after warm-up: {core.state} ({core.fault})")
+        driver = StepDriver(robot, path, msgs, numpy_scan)
+        # same-run baseline of the C scan: a second core on the NumPy path
+        numpy_driver = StepDriver(robot, path, msgs, numpy_scan=True) if driver.native_scan else None
+    policy = driver.policy
 
     gc.freeze()  # as the controller node does after start-up
     samples = np.empty(steps, dtype=np.int64)
@@ -171,26 +208,33 @@ def run(steps: int, rclpy_like: bool, progress: bool = True, numpy_scan: bool = 
     switches_before = _involuntary_switches()
     try:
         for i in range(steps):
-            t += dt
-            if i % 20 == 0:
-                core.on_command(msgs["command"][0], t)
             cpu_start = cpu_clock()
             start = clock()
-            converted = one_step(i)
+            converted = driver.step(i)
             end = clock()
             cpu[i] = cpu_clock() - cpu_start
             samples[i] = end - start
             conversions[i] = converted - start
             if progress and (i + 1) % report_every == 0:
                 print(f"  {i + 1}/{steps} steps", flush=True)
+        preemptions = _involuntary_switches() - switches_before
+        driver.check()
+        scan_ab = None
+        if numpy_driver is not None:
+            ab = _alternating_blocks([driver, numpy_driver], steps)
+            c_path, numpy_path = percentiles(ab[0]), percentiles(ab[1])
+            scan_ab = {
+                "ab_c_scan_p50_us": c_path["p50_us"],
+                "ab_c_scan_p99_us": c_path["p99_us"],
+                "ab_numpy_scan_p50_us": numpy_path["p50_us"],
+                "ab_numpy_scan_p99_us": numpy_path["p99_us"],
+                "c_scan_speedup_p50": numpy_path["p50_us"] / c_path["p50_us"],
+            }
     finally:
         gc.unfreeze()
-    preemptions = _involuntary_switches() - switches_before
-    if core.state is not ControllerState.POLICY:
-        raise RuntimeError(f"controller left POLICY during the benchmark: {core.fault}")
 
     # baseline: inference alone on the observation the core built
-    obs = core.builder.observation.copy()
+    obs = driver.core.builder.observation.copy()
     out = np.empty(policy.num_actions, dtype=np.float32)
     baseline = np.empty(steps, dtype=np.int64)
     for i in range(steps):
@@ -217,7 +261,8 @@ def run(steps: int, rclpy_like: bool, progress: bool = True, numpy_scan: bool = 
         "messages": "rclpy-like (array.array)" if rclpy_like else "rosbags classes (numpy)",
         "map_cells": f"{MAP_CELLS}x{MAP_CELLS}",
         "scan_points": robot.height_scan.num_points,
-        "native_scan": bool(core.scanner is not None and core.scanner.native),
+        "native_scan": driver.native_scan,
+        **(scan_ab or {}),
         "loadavg_1min": os.getloadavg()[0],
     }
 

@@ -29,3 +29,14 @@ def test_bench_numpy_scan_flag_selects_the_numpy_path(capsys):
     assert controller_step.main(["--steps", "100", "--json"]) == 0
     result = json.loads(capsys.readouterr().out.strip().splitlines()[-1])
     assert result["native_scan"] is heightmap.NATIVE_AVAILABLE  # the flag did not leak
+
+
+def test_bench_times_the_c_scan_against_the_numpy_scan_in_the_same_run(capsys):
+    assert controller_step.main(["--steps", "1000", "--json"]) == 0
+    result = json.loads(capsys.readouterr().out.strip().splitlines()[-1])
+    if not heightmap.NATIVE_AVAILABLE:
+        assert "c_scan_speedup_p50" not in result
+        return
+    ab = ("ab_c_scan_p50_us", "ab_c_scan_p99_us", "ab_numpy_scan_p50_us", "ab_numpy_scan_p99_us")
+    assert all(result[k] > 0 for k in ab)
+    assert result["c_scan_speedup_p50"] == result["ab_numpy_scan_p50_us"] / result["ab_c_scan_p50_us"]
