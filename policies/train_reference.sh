@@ -13,6 +13,11 @@
 #
 # N-P3O uses the appendix's robot-training schedule kappa_i = min(0.2, 0.1 * 1.0004^i) ("Scheduling
 # Constraint Minimization"), not the comparison's kappa = 1 (Table III), and cost limits 0.
+# Variants tried for the joint-speed bar (policies/README.md), also selectable in RUNS:
+#   np3o_kappa1          kappa_i = min(1, 0.5 * 1.0004^i), the paper's two cost critics
+#   np3o_kappa1_groups3  the same kappa, three cost critics: smoothness; joint speed and torque;
+#                        hip position and body contact (so that the hip constraint, violated on
+#                        most steps, does not drown the others' normalised advantages)
 set -euo pipefail
 out=${1:?usage: train_reference.sh OUT_DIR [ITERATIONS] [NUM_ENVS] [DEVICE]}
 iterations=${2:-212}
@@ -42,8 +47,11 @@ pids=()
 for run in "${runs[@]}"; do
   case $run in
     np3o) extra=(--algo np3o --set algo_params.kappa_init=0.1 --set algo_params.kappa_max=0.2) ;;
+    np3o_kappa1) extra=(--algo np3o) ;;
+    np3o_kappa1_groups3) extra=(--algo np3o --env-override
+        'costs.groups={smoothness: [smoothness_1, smoothness_2], actuator: [joint_speed, joint_torque], posture: [hip_position, body_contact]}') ;;
     ppo) extra=(--algo ppo --env-override rewards.constraint_rewards=true) ;;
-    *) echo "unknown run $run (np3o or ppo)" >&2; exit 2 ;;
+    *) echo "unknown run $run (np3o, np3o_kappa1, np3o_kappa1_groups3 or ppo)" >&2; exit 2 ;;
   esac
   dir="$work/aow_flat_$run"
   if ls "$dir"/model_*.pt >/dev/null 2>&1; then

@@ -30,3 +30,31 @@ def test_curves_png_from_runs(tmp_path, capsys) -> None:
     assert out.read_bytes()[:8] == b"\x89PNG\r\n\x1a\n" and out.stat().st_size > 10_000
     assert main([str(tmp_path / "missing"), "--out", str(out)]) == 2
     assert "no metrics.jsonl" in capsys.readouterr().err
+
+
+def test_curves_draw_only_the_named_constraints_and_refuse_unknown_ones(tmp_path, monkeypatch, capsys) -> None:
+    run = tmp_path / "run"
+    run.mkdir()
+    rows = [
+        {"iteration": i, "mean_reward": 1.0, "mean_episode_length": 5.0,
+         "episode/violations/joint_speed": 3.0, "episode/violations/hip_position": 900.0}
+        for i in range(5)
+    ]  # fmt: skip
+    (run / "metrics.jsonl").write_text("\n".join(json.dumps(r) for r in rows) + "\n")
+    import matplotlib.axes
+
+    drawn: list[str] = []
+    original = matplotlib.axes.Axes.plot
+
+    def recording_plot(self, *args, label=None, **kwargs):
+        drawn.append(str(label))
+        return original(self, *args, label=label, **kwargs)
+
+    monkeypatch.setattr(matplotlib.axes.Axes, "plot", recording_plot)
+    out = tmp_path / "curves.png"
+    args = [f"a={run}", f"b={run}", "--out", str(out), "--per-constraint", "--constraints", "joint_speed"]
+    assert main(args) == 0
+    violation_lines = [d for d in drawn if d.endswith(("joint_speed", "hip_position"))]
+    assert violation_lines == ["a joint_speed", "b joint_speed"]
+    assert main([f"a={run}", "--out", str(out), "--constraints", "joint_sped"]) == 2
+    assert "unknown constraint(s) ['joint_sped']" in capsys.readouterr().err

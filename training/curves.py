@@ -2,7 +2,8 @@
 
 One figure, four panels against iterations, one line per run: episode reward; the task-reward
 terms (velocity and yaw-rate tracking, per episode); violations per episode of every constraint
-(summed; per constraint with ``--per-constraint``); episode length. Read from each run's
+(summed; per constraint with ``--per-constraint``, limited to some with ``--constraints``);
+episode length. One colour per run; with several runs, one line style per constraint. Read from each run's
 ``metrics.jsonl`` (written by the runner), so it works on finished, running and copied runs.
 """
 
@@ -44,7 +45,11 @@ def series(records: list[dict[str, float]], key: str) -> np.ndarray:
 
 
 def plot_runs(
-    runs: dict[str, list[dict[str, float]]], out: Path, window: int = 10, per_constraint: bool = False
+    runs: dict[str, list[dict[str, float]]],
+    out: Path,
+    window: int = 10,
+    per_constraint: bool = False,
+    constraints: list[str] | None = None,
 ) -> Path:
     import matplotlib
 
@@ -52,22 +57,34 @@ def plot_runs(
     import matplotlib.pyplot as plt
 
     fig, axes = plt.subplots(2, 2, figsize=(11, 7), sharex=True)
+    styles = ("-", "--", ":", "-.")
     for (key, label), ax in zip(PANELS, axes.ravel(), strict=True):
-        for name, records in runs.items():
+        for run_index, (name, records) in enumerate(runs.items()):
             x = series(records, "iteration")
+            color = f"C{run_index % 10}" if len(runs) > 1 else None
             if key == "tracking":
                 for term, style in (("episode/rew/lin_vel", "-"), ("episode/rew/yaw_rate", "--")):
-                    ax.plot(x, smooth(series(records, term), window), style, label=f"{name} {term.rsplit('/', 1)[1]}")
+                    term_label = f"{name} {term.rsplit('/', 1)[1]}"
+                    ax.plot(x, smooth(series(records, term), window), style, color=color, label=term_label)
             elif key == "violations":
                 names = sorted({k for r in records for k in r if k.startswith("episode/violations/")})
+                if constraints is not None:
+                    names = [k for k in names if k.rsplit("/", 1)[1] in constraints]
                 if per_constraint:
-                    for k in names:
-                        ax.plot(x, smooth(series(records, k), window), label=f"{name} {k.rsplit('/', 1)[1]}")
+                    for i, k in enumerate(names):
+                        style = styles[i % len(styles)] if color else "-"
+                        ax.plot(
+                            x,
+                            smooth(series(records, k), window),
+                            style,
+                            color=color,
+                            label=f"{name} {k.rsplit('/', 1)[1]}",
+                        )
                 else:
                     total = np.nansum([series(records, k) for k in names], axis=0) if names else x * np.nan
-                    ax.plot(x, smooth(total, window), label=name)
+                    ax.plot(x, smooth(total, window), color=color, label=name)
             else:
-                ax.plot(x, smooth(series(records, key), window), label=name)
+                ax.plot(x, smooth(series(records, key), window), color=color, label=name)
         ax.set_ylabel(label)
         ax.grid(alpha=0.3)
         ax.legend(fontsize=7)
@@ -91,7 +108,11 @@ def main(argv: list[str] | None = None) -> int:
     p.add_argument("--out", type=Path, required=True, help="PNG to write")
     p.add_argument("--window", type=int, default=10, help="moving-average window in iterations (default 10)")
     p.add_argument("--per-constraint", action="store_true", help="one violation line per constraint")
+    p.add_argument(
+        "--constraints", help="comma-separated constraints to draw (default all), e.g. joint_speed,joint_torque"
+    )
     args = p.parse_args(argv)
+    constraints = [c.strip() for c in args.constraints.split(",") if c.strip()] if args.constraints else None
     runs = {}
     for item in args.runs:
         name, sep, path = str(item).partition("=")
@@ -101,7 +122,12 @@ def main(argv: list[str] | None = None) -> int:
         except (FileNotFoundError, json.JSONDecodeError) as e:
             print(f"training.curves: error: {e}", file=sys.stderr)
             return 2
-    print(f"wrote {plot_runs(runs, args.out, args.window, args.per_constraint)}")
+    known = {k.rsplit("/", 1)[1] for records in runs.values() for r in records for k in r if "violations/" in k}
+    unknown = sorted(set(constraints or ()) - known)
+    if unknown:
+        print(f"training.curves: error: unknown constraint(s) {unknown} (known: {sorted(known)})", file=sys.stderr)
+        return 2
+    print(f"wrote {plot_runs(runs, args.out, args.window, args.per_constraint, constraints)}")
     return 0
 
 
