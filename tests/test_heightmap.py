@@ -272,3 +272,15 @@ def test_native_scan_refused_when_not_built(monkeypatch, scan_path):
     monkeypatch.setattr(heightmap, "_native_scan", None)
     with pytest.raises(ValueError, match="not built"):
         HeightScanner(ROBOT.height_scan, native=True)
+
+
+def test_a_strided_output_buffer_is_served_by_the_numpy_path(scan_path):
+    msg = make_grid_map({"elevation": bilinear_terrain})
+    layer = grid_map_layer(msg)
+    backing = np.zeros(2 * ROBOT.height_scan.num_points)
+    scanner = HeightScanner(ROBOT.height_scan, out=backing[::2])
+    base = (1.13, -2.27)
+    heights = scanner.scan(layer, *base, 0.4)
+    x, y = scan_points_world(base, 0.4)
+    np.testing.assert_allclose(backing[::2], bilinear_terrain(x, y), atol=2e-6)
+    assert heights.base is backing and not backing[1::2].any()

@@ -168,6 +168,7 @@ class HeightScanner:
             and values.dtype.isnative
             and values.ndim == 1
             and values.flags.c_contiguous
+            and self.heights.flags.c_contiguous  # an ``out`` view with strides: the NumPy path
         )
         self._native_args = (
             values, self._points_xy, self.heights, layer.rows, layer.cols, layer.row_stride, layer.col_stride,
