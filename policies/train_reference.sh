@@ -10,6 +10,7 @@
 # by side, each with its share of the CPU cores for its MuJoCo thread pool. DEVICE (default: cuda
 # when a GPU is visible, else cpu) is where the networks and the MDP tensors live; the physics
 # always runs on CPU threads. MAX_MINUTES, if set, stops a run early (checkpointed).
+# INIT_NOISE_STD, if set, is the policy's initial action standard deviation (default 1.0).
 #
 # N-P3O uses the appendix's robot-training schedule kappa_i = min(0.2, 0.1 * 1.0004^i) ("Scheduling
 # Constraint Minimization"), not the comparison's kappa = 1 (Table III), and cost limits 0.
@@ -43,6 +44,7 @@ echo "device=$device runs=${runs[*]} threads_per_run=$threads envs=$envs iterati
 common=(--task aow_flat --num-envs "$envs" --iterations "$iterations" --seed 0 --device "$device"
         --save-interval 25 --no-progress --env-override "sim.num_threads=$threads")
 [ -n "${MAX_MINUTES:-}" ] && common+=(--max-minutes "$MAX_MINUTES")
+[ -n "${INIT_NOISE_STD:-}" ] && common+=(--set "network.init_noise_std=$INIT_NOISE_STD")
 pids=()
 for run in "${runs[@]}"; do
   case $run in
