@@ -20,14 +20,17 @@ on a shared CPU hits both alike; each is reported as the median over repeats, ea
 fresh copy of the initial networks and optimizer.
 
 ``mac_ratio`` is the floor a compute-bound device cannot beat: the multiply-accumulates of
-actor + critic + cost critics per sample over those of actor + critic. The fused critic
-evaluation removes per-critic overhead (one normalization and scan split, one wide first-layer
-product, one backward pass), not arithmetic; on a CPU, where these matmuls are compute-bound,
-the measured ratio therefore stays near ``mac_ratio``, while the goal of 1.15 is reachable
-only where per-kernel overhead dominates (GPU launch-bound regime). ``--device cuda`` times it
-there.
+actor + critic + cost critics per sample over those of actor + critic. The cost critics'
+parameters are stacked over the groups (one batched product per layer for all of them) and a
+minibatch step never waits for the device (learning-rate rule, non-finite check and step
+skipping run there; fused Adam), so the cost critics add few operations and no waits; they
+cannot remove arithmetic. On a CPU, where these products are compute-bound, the measured ratio
+therefore stays near ``mac_ratio``; on a GPU, where a step is paced by the host issuing
+kernels, it approaches the ratio of operations issued (``op_ratio``, counted here per update
+with a dispatch mode). ``--device cuda`` times it there; ``--tf32`` lets float32 products use
+TF32 tensor cores on CUDA (both algorithms alike).
 
-    python -m bench.update_overhead [--quick] [--json] [--num-envs N] [--repeats R] [--threads T]
+    python -m bench.update_overhead [--quick] [--json] [--num-envs N] [--repeats R] [--threads T] [--device cuda]
 """
 
 from __future__ import annotations
@@ -41,6 +44,7 @@ import time
 
 import torch
 from torch import nn
+from torch.utils._python_dispatch import TorchDispatchMode
 
 from aow_policy.layout import ObservationLayout
 from aow_policy.robot import load_robot
@@ -98,14 +102,51 @@ def macs_per_sample(module: nn.Module) -> int:
     return sum(m.in_features * m.out_features for m in module.modules() if isinstance(m, nn.Linear))
 
 
-def time_update(algo_name: str, model: ActorCritic, storage: RolloutStorage, device: torch.device, mode: str | None):
-    """Seconds for one full update on a fresh copy of ``model`` (same rollout, same permutation)."""
+def fresh_algorithm(algo_name: str, model: ActorCritic):
+    """The algorithm on a fresh copy of ``model`` and a fresh optimizer."""
     fresh = copy.deepcopy(model)
     cfg = PPOConfig(num_epochs=NUM_EPOCHS, num_minibatches=NUM_MINIBATCHES)
     params = NP3OParams() if algo_name == "np3o" else PPOParams()
-    algo = make_algorithm(
-        algo_name, fresh, cfg, params, cost_limits=torch.zeros(len(fresh.cost_critics)), critic_mode=mode
-    )
+    return make_algorithm(algo_name, fresh, cfg, params, cost_limits=torch.zeros(len(fresh.cost_critics)))
+
+
+class _CountOps(TorchDispatchMode):
+    """Counts the ATen operations dispatched (forward, backward and optimizer alike)."""
+
+    def __init__(self) -> None:
+        super().__init__()
+        self.count = 0
+
+    def __torch_dispatch__(self, func, types, args=(), kwargs=None):
+        self.count += 1
+        return func(*args, **(kwargs or {}))
+
+
+def count_ops(algo_name: str, model: ActorCritic, storage: RolloutStorage, device: torch.device) -> int:
+    """ATen operations of one full update: what the host issues, each a kernel launch or a view."""
+    algo = fresh_algorithm(algo_name, model)
+    with _CountOps() as counter:
+        algo.update(storage, iteration=0, generator=torch.Generator(device=device).manual_seed(0))
+    return counter.count
+
+
+def profile_update(algo_name: str, model: ActorCritic, storage: RolloutStorage, device: torch.device) -> dict:
+    """One update under torch.profiler: GPU kernels launched and their summed run time, to tell a
+    host-paced update (kernel time well below the wall time) from a GPU-bound one."""
+    from torch.profiler import ProfilerActivity, profile
+
+    algo = fresh_algorithm(algo_name, model)
+    with profile(activities=[ProfilerActivity.CPU, ProfilerActivity.CUDA]) as prof:
+        algo.update(storage, iteration=0, generator=torch.Generator(device=device).manual_seed(0))
+        torch.cuda.synchronize(device)
+    kernels = [e for e in prof.events() if e.device_type == torch.autograd.DeviceType.CUDA]
+    busy_us = sum(getattr(e, "device_time", None) or getattr(e, "cuda_time", 0.0) for e in kernels)
+    return {"kernels": len(kernels), "kernel_time_s": round(busy_us / 1e6, 4)}
+
+
+def time_update(algo_name: str, model: ActorCritic, storage: RolloutStorage, device: torch.device) -> float:
+    """Seconds for one full update on a fresh copy of ``model`` (same rollout, same permutation)."""
+    algo = fresh_algorithm(algo_name, model)
     generator = torch.Generator(device=device).manual_seed(0)
     if device.type == "cuda":
         torch.cuda.synchronize(device)
@@ -124,20 +165,17 @@ def main(argv: list[str] | None = None) -> int:
     p.add_argument("--repeats", type=int, help="timed updates per algorithm (default 5, quick 3)")
     p.add_argument("--threads", type=int, default=1, help="torch CPU threads (default 1: stable on a shared machine)")
     p.add_argument("--device", default="cpu", help="cpu or cuda")
+    p.add_argument("--tf32", action="store_true", help="CUDA: float32 matrix products on TF32 tensor cores")
     p.add_argument(
-        "--critic-mode",
-        choices=["auto", "wide", "batched", "separate"],
-        default="auto",
-        help="how N-P3O evaluates its critics (auto: wide on CPU, batched on CUDA)",
-    )
-    p.add_argument(
-        "--compare-separate", action="store_true", help="also time N-P3O with the critics evaluated one by one"
+        "--profile", action="store_true", help="CUDA: also count the kernels of one update and sum their run time"
     )
     args = p.parse_args(argv)
     num_envs = args.num_envs or (128 if args.quick else 512)
     repeats = args.repeats or (3 if args.quick else 5)
     torch.set_num_threads(args.threads)
     device = torch.device(args.device)
+    if args.tf32:
+        torch.backends.cuda.matmul.allow_tf32 = True
 
     layout, num_actions = perceptive_layout()
     net = NetworkConfig()
@@ -147,28 +185,29 @@ def main(argv: list[str] | None = None) -> int:
     ppo_model.actor.load_state_dict(np3o_model.actor.state_dict())
     ppo_model.critic.load_state_dict(np3o_model.critic.state_dict())
     storage = make_rollout(np3o_model, num_envs, device, seed=1)  # PPO ignores its cost tracks
-    mode = None if args.critic_mode == "auto" else args.critic_mode
-
-    runs = [("ppo", ppo_model, storage, None), ("np3o", np3o_model, storage, mode)]
-    if args.compare_separate:
-        runs.append(("np3o_separate", np3o_model, storage, "separate"))
-    for name, model, st, mode in runs:  # warm-up
-        time_update(name.split("_")[0], model, st, device, mode)
-    times: dict[str, list[float]] = {name: [] for name, *_ in runs}
+    runs = [("ppo", ppo_model), ("np3o", np3o_model)]
+    for name, model in runs:  # warm-up
+        time_update(name, model, storage, device)
+    times: dict[str, list[float]] = {name: [] for name, _ in runs}
     for _ in range(repeats):
-        for name, model, st, mode in runs:
-            times[name].append(time_update(name.split("_")[0], model, st, device, mode))
+        for name, model in runs:
+            times[name].append(time_update(name, model, storage, device))
+    ops = {name: count_ops(name, model, storage, device) for name, model in runs}
 
     ppo_s = statistics.median(times["ppo"])
     np3o_s = statistics.median(times["np3o"])
     base_macs = macs_per_sample(np3o_model.actor) + macs_per_sample(np3o_model.critic)
-    cost_macs = sum(macs_per_sample(c) for c in np3o_model.cost_critics)
+    cost_macs = sum(w[0].numel() for w in np3o_model.cost_critics.weights)  # per group: in x out per layer
+    cost_macs *= len(np3o_model.cost_critics)
     result = {
         "ppo_update_s": round(ppo_s, 4),
         "np3o_update_s": round(np3o_s, 4),
         "ratio": round(np3o_s / ppo_s, 3),
         "paper_ratio": round(0.185 / 0.118, 3),
         "mac_ratio": round((base_macs + cost_macs) / base_macs, 3),
+        "ppo_ops": ops["ppo"],
+        "np3o_ops": ops["np3o"],
+        "op_ratio": round(ops["np3o"] / ops["ppo"], 3),
         "num_envs": num_envs,
         "samples": num_envs * NUM_STEPS,
         "minibatch": num_envs * NUM_STEPS // NUM_MINIBATCHES,
@@ -176,22 +215,27 @@ def main(argv: list[str] | None = None) -> int:
         "minibatches": NUM_MINIBATCHES,
         "cost_critics": NUM_GROUPS,
         "obs_dim": layout.dim,
-        "critic_mode": mode or ("batched" if device.type == "cuda" else "wide"),
+        "tf32": bool(args.tf32),
         "repeats": repeats,
         "threads": args.threads,
         "device": str(device),
         "cpu": platform.processor() or platform.machine(),
     }
-    if args.compare_separate:
-        result["np3o_separate_critics_update_s"] = round(statistics.median(times["np3o_separate"]), 4)
+    if device.type == "cuda":
+        result["gpu"] = torch.cuda.get_device_name(device)
+        result["torch"] = torch.__version__
+        if args.profile:
+            for name, model in runs:
+                prof = profile_update(name, model, storage, device)
+                result[f"{name}_kernels"] = prof["kernels"]
+                result[f"{name}_kernel_time_s"] = prof["kernel_time_s"]
     print(
         f"one update, {result['samples']} samples ({NUM_EPOCHS} epochs x {NUM_MINIBATCHES} minibatches of "
         f"{result['minibatch']}), {device}, {args.threads} thread(s):"
     )
     print(f"  PPO                      {ppo_s:.3f} s   (runs: {', '.join(f'{t:.3f}' for t in times['ppo'])})")
     print(f"  N-P3O, 2 cost critics    {np3o_s:.3f} s   (runs: {', '.join(f'{t:.3f}' for t in times['np3o'])})")
-    if args.compare_separate:
-        print(f"  N-P3O, critics one by one {result['np3o_separate_critics_update_s']:.3f} s")
+    print(f"  operations issued per update: PPO {ops['ppo']}, N-P3O {ops['np3o']} (op_ratio {result['op_ratio']:.3f})")
     print(f"  ratio {result['ratio']:.3f} (paper 1.57; arithmetic floor mac_ratio {result['mac_ratio']:.3f})")
     if args.json:
         print(json.dumps(result))

@@ -16,7 +16,7 @@ import torch
 
 from aow_policy.layout import LayoutError, ObservationLayout
 from training.checkpoint import OPTIONAL_KEYS, REQUIRED_KEYS, CheckpointError, latest_checkpoint, load_checkpoint
-from training.networks import Actor, ActorCritic, NetworkConfig
+from training.networks import Actor, ActorCritic, NetworkConfig, convert_legacy_cost_critics
 
 ACTION_LAYOUT_KEYS = ("joint_names", "kinds", "scales", "offsets", "low", "high")
 
@@ -143,13 +143,17 @@ def _check_state_dict(model: ActorCritic, state: Any, path: Path, layout: Observ
 def _num_cost_critics(data: dict[str, Any], path: Path) -> int:
     """One cost critic per cost group, or none for algorithms without them (plain PPO)."""
     state = data["model"] if isinstance(data["model"], dict) else {}
-    indices = {k.split(".")[1] for k in state if isinstance(k, str) and k.startswith("cost_critics.")}
+    stacked = state.get("cost_critics.weights.0")
+    if isinstance(stacked, torch.Tensor) and stacked.dim() == 3:
+        count = stacked.shape[0]  # parameters stacked over the groups
+    else:  # checkpoints with one module per cost critic
+        count = len({k.split(".")[1] for k in state if isinstance(k, str) and k.startswith("cost_critics.")})
     groups = len(data["cost_groups"])
-    if len(indices) not in (0, groups):
+    if count not in (0, groups):
         raise ExportError(
-            f"{path}: the model holds {len(indices)} cost critic(s) but the checkpoint lists {groups} cost group(s)"
+            f"{path}: the model holds {count} cost critic(s) but the checkpoint lists {groups} cost group(s)"
         )
-    return len(indices)
+    return count
 
 
 def load_policy_source(path: str | os.PathLike[str]) -> PolicySource:
@@ -184,8 +188,11 @@ def load_policy_source(path: str | os.PathLike[str]) -> PolicySource:
     if not isinstance(data["cost_groups"], dict):
         raise ExportError(f"{path}: cost_groups is {type(data['cost_groups']).__name__}, expected a mapping")
     model = ActorCritic(policy_layout, critic_layout, data["num_actions"], _num_cost_critics(data, path), network)
-    _check_state_dict(model, data["model"], path, policy_layout, data["num_actions"])
-    model.load_state_dict(data["model"], strict=True)
+    state = dict(data["model"]) if isinstance(data["model"], dict) else data["model"]
+    if isinstance(state, dict):
+        convert_legacy_cost_critics(state, "cost_critics.", model.cost_critics.num_encoder_layers)
+    _check_state_dict(model, state, path, policy_layout, data["num_actions"])
+    model.load_state_dict(state, strict=True)
     actor = model.actor.eval()
     for p in actor.parameters():
         p.requires_grad_(False)

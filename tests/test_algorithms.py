@@ -3,16 +3,16 @@ invariance, Softplus critics, non-negative lambda, the J_C estimator and the fus
 
 from __future__ import annotations
 
+import copy
 import math
 
 import pytest
 import torch
 
 from aow_policy.layout import ObservationLayout
-from training.algorithms import ALGORITHMS, make_algorithm
+from training.algorithms import ALGORITHMS, NonFiniteLossError, make_algorithm
 from training.algorithms import losses as L
 from training.algorithms.base import MinibatchContext, RolloutStats, rollout_statistics
-from training.algorithms.critics import CriticEvaluator
 from training.config import ALGO_PARAMS, NP3OParams, P3OParams, PPOConfig
 from training.networks import ActorCritic, NetworkConfig
 from training.storage import RolloutStorage
@@ -127,7 +127,7 @@ def test_np3o_loss_by_hand():
     ctx = _ctx()
     # -L_R + kappa * (relu(VIOL_1) + relu(VIOL_2)); VIOL_2 < 0 contributes nothing
     assert algo.policy_loss(ctx).item() == pytest.approx(-L_R + VIOL_N1)
-    assert ctx.info["violation/1"].item() == pytest.approx(VIOL_N2)
+    assert ctx.info["violation"][1].item() == pytest.approx(VIOL_N2)
     algo.kappa = 3.0
     assert algo.policy_loss(_ctx()).item() == pytest.approx(-L_R + 3.0 * VIOL_N1)
     # eps enters as (1 - gamma) * eps / sigma
@@ -320,39 +320,91 @@ def test_softplus_cost_critics_are_never_negative():
     torch.manual_seed(0)
     model = ActorCritic(FLAT, FLAT, 1, 3, SMALL)
     with torch.no_grad():
-        for c in model.cost_critics:
-            c.head.bias.fill_(-50.0)
-            c.head.weight.mul_(20.0)
-    x = 100 * torch.randn(2000, 3)
-    for mode in ("separate", "wide", "batched"):
-        _, cost_values = CriticEvaluator(model, mode)(x)
-        assert cost_values.shape == (2000, 3)
-        assert (cost_values >= 0).all()
+        model.cost_critics.biases[-1].fill_(-50.0)
+        model.cost_critics.weights[-1].mul_(20.0)
+    _, cost_values = model.critic_values(100 * torch.randn(2000, 3))
+    assert cost_values.shape == (2000, 3)
+    assert (cost_values >= 0).all()
 
 
-@pytest.mark.parametrize("mode", ["wide", "batched"])
+def _reference_cost_critic(model: ActorCritic, g: int, normalized: torch.Tensor) -> torch.Tensor:
+    """Cost critic g evaluated on its own, layer by layer with F.linear (no batched products)."""
+    cc = model.cost_critics
+    layers = [(w[g].t(), b[g, 0]) for w, b in zip(cc.weights, cc.biases, strict=True)]
+    if cc.scan_idx is None:
+        h = normalized
+    else:
+        h = normalized[:, cc.scan_idx]
+        for w, b in layers[: cc.num_encoder_layers]:
+            h = torch.nn.functional.elu(torch.nn.functional.linear(h, w, b))
+        h = torch.cat([normalized[:, cc.proprio_idx], h], dim=-1)
+    for w, b in layers[cc.num_encoder_layers : -1]:
+        h = torch.nn.functional.elu(torch.nn.functional.linear(h, w, b))
+    return torch.nn.functional.softplus(torch.nn.functional.linear(h, *layers[-1])).squeeze(-1)
+
+
 @pytest.mark.parametrize("scan", [True, False])
-def test_fused_critics_match_the_separate_modules(mode: str, scan: bool):
+def test_stacked_cost_critics_equal_one_network_per_group(scan: bool):
+    """Each group's slice of the stacked parameters is an independent network: its values and
+    gradients are those of that network evaluated alone, and no other group's gradient moves."""
     terms = [{"name": "base_lin_vel", "size": 3}, {"name": "joint_vel", "size": 4}]
     if scan:
         terms.append({"name": "height_scan", "size": 11})
     layout = ObservationLayout.build(terms)
     torch.manual_seed(1)
-    model = ActorCritic(layout, layout, 2, 2, SMALL)
+    model = ActorCritic(layout, layout, 2, 3, SMALL)
+    assert [tuple(w.shape[:1]) for w in model.cost_critics.weights] == [(3,)] * len(model.cost_critics.weights)
     x = torch.randn(64, layout.dim)
-    ref_v, ref_c = model.critic(x), model.cost_values(x)
-    (ref_v.sum() + ref_c.square().sum()).backward()
-    ref_grads = [p.grad.clone() for p in model.parameters() if p.grad is not None]
+    normalized = model.critic.normalizer(x)
+    _, cost = model.critic_values(x)
+    for g in range(3):
+        torch.testing.assert_close(cost[:, g], _reference_cost_critic(model, g, normalized))
+    cost[:, 1].square().sum().backward()
+    grads = [w.grad for w in model.cost_critics.weights]
+    assert all(gr[0].abs().max() == 0 and gr[2].abs().max() == 0 and gr[1].abs().max() > 0 for gr in grads)
     model.zero_grad()
-    ev = CriticEvaluator(model, mode)
-    assert ev.mode == mode
-    v, c = ev(x)
-    torch.testing.assert_close(v, ref_v)
-    torch.testing.assert_close(c, ref_c)
-    (v.sum() + c.square().sum()).backward()
-    grads = [p.grad for p in model.parameters() if p.grad is not None]
-    for a, b in zip(grads, ref_grads, strict=True):
-        torch.testing.assert_close(a, b, rtol=1e-5, atol=1e-6)
+    _reference_cost_critic(model, 1, normalized).square().sum().backward()
+    for a, w in zip(grads, model.cost_critics.weights, strict=True):
+        torch.testing.assert_close(a, w.grad, rtol=1e-5, atol=1e-6)
+
+
+def test_checkpoints_with_one_module_per_cost_critic_still_load():
+    """The stacked layout replaced per-critic modules (keys cost_critics.<g>.trunk...); their
+    state dicts load into it, and so does the shipped reference checkpoint."""
+    layout = ObservationLayout.build(
+        [{"name": "base_lin_vel", "size": 3}, {"name": "joint_vel", "size": 4}, {"name": "height_scan", "size": 11}]
+    )
+    torch.manual_seed(2)
+    model = ActorCritic(layout, layout, 2, 2, SMALL)
+    legacy = {k: v for k, v in model.state_dict().items() if not k.startswith("cost_critics.")}
+    cc = model.cost_critics
+    names = ["trunk.encoder.0", "trunk.encoder.2", "trunk.body.0", "head"][-len(cc.weights) :]
+    for g in range(2):
+        for name, w, b in zip(names, cc.weights, cc.biases, strict=True):
+            legacy[f"cost_critics.{g}.{name}.weight"] = w[g].t().clone()
+            legacy[f"cost_critics.{g}.{name}.bias"] = b[g, 0].clone()
+    fresh = ActorCritic(layout, layout, 2, 2, SMALL)
+    fresh.load_state_dict(legacy, strict=True)
+    x = torch.randn(16, layout.dim)
+    torch.testing.assert_close(fresh.cost_values(x), model.cost_values(x))
+
+    from pathlib import Path
+
+    from training.checkpoint import load_checkpoint
+    from training.config import TrainConfig
+
+    ckpt = load_checkpoint(Path(__file__).resolve().parents[1] / "policies" / "aow_flat_np3o" / "model_212.pt")
+    assert any(k.startswith("cost_critics.0.") for k in ckpt["model"])  # written before the change
+    cfg = TrainConfig.from_dict(ckpt["config"])
+    shipped = ActorCritic(
+        ObservationLayout.from_list(ckpt["obs_layout"]["policy"]),
+        ObservationLayout.from_list(ckpt["obs_layout"]["critic"], known_only=False),
+        ckpt["num_actions"],
+        len(ckpt["cost_groups"]),
+        cfg.network,
+    )
+    shipped.load_state_dict(ckpt["model"], strict=True)
+    assert len(shipped.cost_critics) == len(ckpt["cost_groups"]) == 2
 
 
 def test_constrained_algorithms_need_cost_groups():
@@ -368,7 +420,121 @@ def test_algorithm_state_round_trip():
     state = a.state_dict()
     b = _algo("ppo_lag", lambda_lr=0.1)
     b.load_state_dict(state)
-    assert b.learning_rate == 3e-4
+    assert b.learning_rate == pytest.approx(3e-4)
     torch.testing.assert_close(b.multipliers, a.multipliers)
     with pytest.raises(ValueError, match="is for 'ppo_lag'"):
         _algo("np3o").load_state_dict(state)
+
+
+# ---- the update loop: no host waits, fused steps, per-network clipping ------------------------
+
+
+def test_batched_objectives_are_the_reward_objective_and_the_negated_cost_surrogates():
+    signed = torch.cat([ADV.unsqueeze(-1), -COST_ADV], dim=-1)
+    objectives = L.clipped_objectives(RATIO, signed, 0.2)
+    assert objectives[0].item() == pytest.approx(L_R)
+    assert (-objectives[1:]).tolist() == pytest.approx([L_C1, L_C2])
+    ctx = _ctx()  # without the ready-made signed advantages the context builds them
+    assert ctx.reward_surrogate.item() == pytest.approx(L_R)
+    assert ctx.cost_surrogates.tolist() == pytest.approx([L_C1, L_C2])
+
+
+def test_value_losses_per_critic_sum_to_the_joint_value_loss():
+    g = torch.Generator().manual_seed(3)
+    v, old, ret = (torch.randn(50, 3, generator=g) for _ in range(3))
+    per_critic = L.value_losses(v, old, ret, 0.2, True)
+    for k in range(3):
+        assert per_critic[k].item() == pytest.approx(L.value_loss(v[:, k], old[:, k], ret[:, k], 0.2, True).item())
+    assert per_critic.sum().item() == pytest.approx(L.value_loss(v, old, ret, 0.2, True).item())
+
+
+@pytest.mark.parametrize("kl", [0.0, 1e-4, 0.004, 0.005, 0.01, 0.02, 0.021, 1.0, float("nan")])
+@pytest.mark.parametrize("lr", [1e-5, 1e-3, 9e-3, 1e-2])
+def test_learning_rate_rule_on_the_device_equals_the_host_rule(kl: float, lr: float):
+    on_device = torch.tensor(lr, dtype=torch.float32)
+    L.adapt_learning_rate_(on_device, torch.tensor(kl), 0.01, 1e-5, 1e-2)
+    assert on_device.item() == pytest.approx(L.adapt_learning_rate(lr, kl, 0.01, 1e-5, 1e-2), rel=1e-6)
+
+
+def _np3o_with_rollout(cost_scale: float = 1.0):
+    torch.manual_seed(0)
+    model = ActorCritic(FLAT, FLAT, 1, 2, SMALL)
+    cfg = PPOConfig(gamma=GAMMA, num_minibatches=2, num_epochs=2)
+    algo = make_algorithm("np3o", model, cfg, NP3OParams(), cost_limits=torch.zeros(2), group_names=["a", "b"])
+    return algo, _rollout(model, cost_scale)
+
+
+def test_update_reports_every_term_with_its_name():
+    algo, storage = _np3o_with_rollout()
+    out = algo.update(storage, iteration=0, generator=torch.Generator().manual_seed(0))
+    for key in ("loss/total", "loss/policy", "loss/value", "loss/cost_value/a", "loss/entropy", "penalty", "kl"):
+        assert math.isfinite(out[key]), key
+    for key in ("violation/a", "violation/b", "grad_norm/actor", "grad_norm/critic"):
+        assert math.isfinite(out[key]), key
+    assert out["grad_norm/cost_critic/a"] > 0 and out["grad_norm/cost_critic/b"] > 0
+    assert out["learning_rate"] == pytest.approx(algo.learning_rate)
+
+
+def test_a_non_finite_loss_cancels_that_step_and_every_later_one():
+    algo, storage = _np3o_with_rollout()
+    storage.signals[4, 2, 0] = float("nan")  # one reward -> non-finite advantages -> non-finite loss
+    storage.compute_returns(torch.zeros(5), torch.zeros(5, 2), GAMMA, 0.95)
+    before = [p.detach().clone() for p in algo.model.parameters()]
+    with pytest.raises(NonFiniteLossError, match=r"non-finite loss at iteration 3, minibatch 0 of epoch 0"):
+        algo.update(storage, iteration=3, generator=torch.Generator().manual_seed(0))
+    for a, p in zip(before, algo.model.parameters(), strict=True):
+        assert torch.equal(a, p)
+    assert all(float(s["step"]) == 0 for s in algo.optimizer.state.values())  # Adam's state untouched too
+
+
+def test_gradients_are_clipped_per_network_and_per_cost_group():
+    algo, _ = _np3o_with_rollout()
+    max_norm = algo.cfg.max_grad_norm
+    for p in algo.model.parameters():
+        p.grad = torch.full_like(p, 1e-4)
+    cc = algo.model.cost_critics
+    for w in cc.weights:
+        w.grad[1] = 1e3  # only cost group "b" gets a huge gradient
+    actor_before = [p.grad.clone() for p in algo.model.actor.parameters()]
+    group_a_before = [w.grad[0].clone() for w in cc.weights]
+    norms = algo.clip_gradients()
+    assert norms[3] > 1e3 * max_norm  # the norm before clipping is reported
+    for a, p in zip(actor_before, algo.model.actor.parameters(), strict=True):
+        assert torch.equal(a, p.grad)  # a cost critic's large gradient does not shrink the policy's step
+    for a, w in zip(group_a_before, cc.weights, strict=True):
+        assert torch.equal(a, w.grad[0])  # nor the other cost critic's
+    group_b = torch.cat([w.grad[1].reshape(-1) for w in cc.weights] + [b.grad[1].reshape(-1) for b in cc.biases])
+    assert group_b.norm().item() == pytest.approx(max_norm, rel=1e-4)
+
+
+def test_an_optimizer_state_saved_by_a_plain_adam_loads_into_the_fused_one():
+    algo, storage = _np3o_with_rollout()
+    plain = torch.optim.Adam(algo.parameters, lr=3e-4)  # what checkpoints before the fused Adam hold
+    for p in algo.parameters:
+        p.grad = torch.ones_like(p)
+    plain.step()
+    algo.load_optimizer_state(plain.state_dict())
+    algo.set_learning_rate(3e-4)
+    group = algo.optimizer.param_groups[0]
+    assert group["fused"] and group["lr"] is algo._lr
+    algo.update(storage, iteration=1, generator=torch.Generator().manual_seed(0))
+    assert all(float(s["step"]) == 1 + 4 for s in algo.optimizer.state.values())
+
+
+@pytest.mark.gpu
+def test_an_update_on_cuda_matches_the_cpu():
+    """Fused Adam with the learning rate and the skip flag on the GPU: the same step as on the CPU."""
+    algo, storage = _np3o_with_rollout()
+    gpu_model = copy.deepcopy(algo.model).cuda()
+    gpu = make_algorithm("np3o", gpu_model, algo.cfg, NP3OParams(), cost_limits=torch.zeros(2), group_names=["a", "b"])
+    gpu_storage = copy.deepcopy(storage)
+    for name, value in vars(gpu_storage).items():
+        if isinstance(value, torch.Tensor):
+            setattr(gpu_storage, name, value.cuda())
+    gpu_storage.device = torch.device("cuda")
+    perm = torch.Generator().manual_seed(0)
+    cpu_out = algo.update(storage, iteration=0, generator=perm)
+    gpu_out = gpu.update(gpu_storage, iteration=0, generator=torch.Generator().manual_seed(0))
+    for a, b in zip(algo.model.parameters(), gpu_model.parameters(), strict=True):
+        torch.testing.assert_close(a, b.cpu(), rtol=1e-4, atol=1e-5)
+    assert gpu_out["learning_rate"] == pytest.approx(cpu_out["learning_rate"])

@@ -3,17 +3,21 @@
 Perceptive variant: the height scan goes through its own encoder, ELU(128) -> ELU(64), is
 concatenated with the proprioceptive observation, then ELU(256) -> ELU(64) -> output for the
 policy and the reward critic; each cost critic has its own encoder and ELU(128) -> Softplus,
-so its value estimate is never negative (appendix B). Without a height scan in the layout, the
+so its value estimate is never negative (appendix B); the cost critics' parameters are stored
+stacked over the groups (:class:`CostCritics`). Without a height scan in the layout, the
 encoder is dropped (the proprioception-only variant for flat tasks).
 """
 
 from __future__ import annotations
 
+import itertools
+import math
 from collections.abc import Sequence
 from dataclasses import dataclass
 
 import torch
 from torch import nn
+from torch.nn import functional as F
 
 from aow_policy.layout import ObservationLayout
 
@@ -66,12 +70,19 @@ class ScanTrunk(nn.Module):
         self.body = mlp([in_dim, *hidden])
         self.out_dim = hidden[-1]
 
-    def forward(self, obs: torch.Tensor) -> torch.Tensor:
+    def split(self, obs: torch.Tensor) -> tuple[torch.Tensor, torch.Tensor | None]:
+        """(proprioception, height scan) of an observation; (obs, None) without a scan."""
         if self.encoder is None:
-            return self.body(obs)
-        proprio = obs.index_select(-1, self.proprio_idx)
-        scan = self.encoder(obs.index_select(-1, self.scan_idx))
-        return self.body(torch.cat([proprio, scan], dim=-1))
+            return obs, None
+        return obs.index_select(-1, self.proprio_idx), obs.index_select(-1, self.scan_idx)
+
+    def forward(self, obs: torch.Tensor) -> torch.Tensor:
+        return self.from_parts(*self.split(obs))
+
+    def from_parts(self, proprio: torch.Tensor, scan: torch.Tensor | None) -> torch.Tensor:
+        if scan is None:
+            return self.body(proprio)
+        return self.body(torch.cat([proprio, self.encoder(scan)], dim=-1))
 
 
 class ObsNormalizer(nn.Module):
@@ -139,16 +150,103 @@ class ValueCritic(nn.Module):
         return self.head(self.trunk(self.normalizer(obs))).squeeze(-1)
 
 
-class CostCritic(nn.Module):
-    """Cost value function V_C(s) >= 0 through a Softplus output (appendix B of the paper)."""
+class CostCritics(nn.Module):
+    """The G cost value functions V_Ci(s) >= 0 (Softplus output, appendix B of the paper).
 
-    def __init__(self, layout: ObservationLayout, cfg: NetworkConfig):
+    Each group has its own network (own scan encoder, ELU(128), Softplus head), but their
+    parameters are stored stacked, ``weights[k]`` of shape [G, in, out] and ``biases[k]`` of
+    shape [G, 1, out] for layer k (encoder layers, body layers, head), so every layer of all G
+    critics is ONE batched matrix product: the number of operations of a training step does not
+    grow with the number of cost groups, which is what makes the cost critics cheap on a GPU.
+    Checkpoints written with one module per critic (keys ``cost_critics.<g>.trunk...``) load too.
+    """
+
+    def __init__(self, layout: ObservationLayout, cfg: NetworkConfig, num_groups: int):
         super().__init__()
-        self.trunk = ScanTrunk(layout, cfg.scan_encoder, cfg.cost_critic_hidden)
-        self.head = nn.Linear(self.trunk.out_dim, 1)
+        self.num_groups = num_groups
+        if layout.has("height_scan"):
+            scan = layout.term("height_scan")
+            scan_idx = torch.arange(scan.offset, scan.offset + scan.size)
+            keep = torch.ones(layout.dim, dtype=torch.bool)
+            keep[scan_idx] = False
+            self.register_buffer("scan_idx", scan_idx, persistent=False)
+            self.register_buffer("proprio_idx", torch.nonzero(keep).squeeze(-1), persistent=False)
+            encoder = [scan.size, *cfg.scan_encoder]
+            body = [int(keep.sum()) + cfg.scan_encoder[-1], *cfg.cost_critic_hidden]
+        else:
+            self.scan_idx = self.proprio_idx = None
+            encoder = []
+            body = [layout.dim, *cfg.cost_critic_hidden]
+        self.num_encoder_layers = max(len(encoder) - 1, 0)
+        sizes = [*itertools.pairwise(encoder), *itertools.pairwise(body), (body[-1], 1)] if num_groups else []
+        self.weights = nn.ParameterList(nn.Parameter(torch.empty(num_groups, i, o)) for i, o in sizes)
+        self.biases = nn.ParameterList(nn.Parameter(torch.empty(num_groups, 1, o)) for _, o in sizes)
+        self.reset_parameters()
+
+    @torch.no_grad()
+    def reset_parameters(self) -> None:
+        """nn.Linear's default initialization, per group: U(-1/sqrt(fan_in), 1/sqrt(fan_in))."""
+        for w, b in zip(self.weights, self.biases, strict=True):
+            bound = 1.0 / math.sqrt(w.shape[1])
+            nn.init.uniform_(w, -bound, bound)
+            nn.init.uniform_(b, -bound, bound)
+
+    def __len__(self) -> int:
+        return self.num_groups
 
     def forward(self, normalized_obs: torch.Tensor) -> torch.Tensor:
-        return nn.functional.softplus(self.head(self.trunk(normalized_obs))).squeeze(-1)
+        """[batch, obs] (already normalized) -> [batch, groups] non-negative cost values."""
+        if self.scan_idx is None:
+            return self.from_parts(normalized_obs, None)
+        return self.from_parts(
+            normalized_obs.index_select(-1, self.proprio_idx), normalized_obs.index_select(-1, self.scan_idx)
+        )
+
+    def from_parts(self, proprio: torch.Tensor, scan: torch.Tensor | None) -> torch.Tensor:
+        """The same from the observation already split into proprioception and height scan (the
+        split of :meth:`ScanTrunk.split`; ``scan`` None without one)."""
+        G, B = self.num_groups, proprio.shape[0]
+        layers = list(zip(self.weights, self.biases, strict=True))
+        if scan is None:
+            h = proprio.expand(G, B, proprio.shape[-1])
+        else:
+            h = scan.expand(G, B, scan.shape[-1])
+            for w, b in layers[: self.num_encoder_layers]:
+                h = F.elu(torch.baddbmm(b, h, w))
+            h = torch.cat([proprio.expand(G, B, proprio.shape[-1]), h], dim=-1)
+        for w, b in layers[self.num_encoder_layers : -1]:
+            h = F.elu(torch.baddbmm(b, h, w))
+        w, b = layers[-1]
+        return F.softplus(torch.baddbmm(b, h, w)).squeeze(-1).t()
+
+    def _load_from_state_dict(self, state_dict, prefix, local_metadata, strict, missing, unexpected, errors):
+        convert_legacy_cost_critics(state_dict, prefix, self.num_encoder_layers)
+        super()._load_from_state_dict(state_dict, prefix, local_metadata, strict, missing, unexpected, errors)
+
+
+def convert_legacy_cost_critics(state_dict: dict, prefix: str, num_encoder_layers: int) -> None:
+    """In place: per-critic keys ``<prefix><g>.trunk.{encoder,body}.<i>.*`` / ``<g>.head.*`` (one
+    nn.Linear per layer, weight [out, in]) -> stacked ``<prefix>weights.<k>`` [G, in, out] and
+    ``<prefix>biases.<k>`` [G, 1, out]."""
+    legacy = [k for k in state_dict if k.startswith(prefix) and k[len(prefix) :].split(".")[0].isdigit()]
+    if not legacy:
+        return
+    per_group: dict[int, dict[str, torch.Tensor]] = {}
+    for key in legacy:
+        g, rest = key[len(prefix) :].split(".", 1)
+        per_group.setdefault(int(g), {})[rest] = state_dict.pop(key)
+
+    def layer_order(rest: str) -> tuple[int, int]:
+        part = rest.split(".")
+        if part[0] == "head":
+            return (2, 0)
+        return (0 if part[1] == "encoder" else 1, int(part[2]))
+
+    groups = [per_group[g] for g in sorted(per_group)]
+    names = sorted({r.rsplit(".", 1)[0] for r in groups[0]}, key=layer_order)
+    for k, name in enumerate(names):
+        state_dict[f"{prefix}weights.{k}"] = torch.stack([grp[f"{name}.weight"].t() for grp in groups])
+        state_dict[f"{prefix}biases.{k}"] = torch.stack([grp[f"{name}.bias"].unsqueeze(0) for grp in groups])
 
 
 class ActorCritic(nn.Module):
@@ -166,11 +264,17 @@ class ActorCritic(nn.Module):
         cfg.validate()
         self.actor = Actor(policy_layout, num_actions, cfg)
         self.critic = ValueCritic(critic_layout, cfg)
-        self.cost_critics = nn.ModuleList(CostCritic(critic_layout, cfg) for _ in range(num_cost_groups))
+        self.cost_critics = CostCritics(critic_layout, cfg, num_cost_groups)
+
+    def critic_values(self, critic_obs: torch.Tensor) -> tuple[torch.Tensor, torch.Tensor]:
+        """(reward values [batch], cost values [batch, groups]) from one normalization: the cost
+        critics share the reward critic's observation normalizer."""
+        parts = self.critic.trunk.split(self.critic.normalizer(critic_obs))
+        values = self.critic.head(self.critic.trunk.from_parts(*parts)).squeeze(-1)
+        if not len(self.cost_critics):
+            return values, critic_obs.new_zeros(critic_obs.shape[0], 0)
+        return values, self.cost_critics.from_parts(*parts)
 
     def cost_values(self, critic_obs: torch.Tensor) -> torch.Tensor:
-        """[batch, groups] cost values; the cost critics share the reward critic's normalizer."""
-        normalized = self.critic.normalizer(critic_obs)
-        if not len(self.cost_critics):
-            return critic_obs.new_zeros(critic_obs.shape[0], 0)
-        return torch.stack([c(normalized) for c in self.cost_critics], dim=-1)
+        """[batch, groups] cost values."""
+        return self.critic_values(critic_obs)[1]

@@ -294,7 +294,7 @@ class Runner:
             self.model.load_state_dict(ckpt["model"])
         except RuntimeError as e:
             raise CheckpointError(f"{path}: model does not fit this task ({e})") from None
-        self.algo.optimizer.load_state_dict(ckpt["optimizer"])
+        self.algo.load_optimizer_state(ckpt["optimizer"])
         self.algo.load_state_dict(ckpt["algo_state"])
         torch.set_rng_state(ckpt["rng"]["torch"])
         self.iteration = int(ckpt["iteration"])

@@ -31,13 +31,10 @@ def make_algorithm(
     cost_limits: torch.Tensor | None = None,
     dist: DistContext | None = None,
     group_names: list[str] | None = None,
-    critic_mode: str | None = None,
 ) -> ConstrainedPPO:
     if name not in ALGORITHMS:
         raise ValueError(f"unknown algorithm {name!r} (known: {sorted(ALGORITHMS)})")
-    return ALGORITHMS[name](
-        model, cfg, params, cost_limits=cost_limits, dist=dist, group_names=group_names, critic_mode=critic_mode
-    )
+    return ALGORITHMS[name](model, cfg, params, cost_limits=cost_limits, dist=dist, group_names=group_names)
 
 
 __all__ = [

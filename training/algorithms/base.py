@@ -26,14 +26,14 @@ Rollout statistics (reduced over all ranks, so identical everywhere):
 
 from __future__ import annotations
 
+import math
 from dataclasses import dataclass, field
+from functools import cached_property
 from typing import Any, ClassVar
 
 import torch
-from torch import nn
 
 from training.algorithms import losses
-from training.algorithms.critics import CriticEvaluator
 from training.config import PPOConfig
 from training.distributed import DistContext
 from training.networks import ActorCritic
@@ -107,18 +107,71 @@ class MinibatchContext:
     gamma: float
     iteration: int
     info: dict[str, torch.Tensor] = field(default_factory=dict)  # scalars to log
+    # [B, 1 + G]: (A_R, -A_C1, ..., -A_CG); the update passes it ready-made (see ``objectives``).
+    signed_advantages: torch.Tensor | None = None
+    normalized_violation_offsets: torch.Tensor | None = None  # [G], see ``violation_offsets``
+
+    @cached_property
+    def objectives(self) -> torch.Tensor:
+        """[1 + G]: L_R^CLIP, then -L_Ci^CLIP for every cost group, in one pass.
+
+        mean(max(r A, clip(r) A)) = -mean(min(r (-A), clip(r) (-A))), so PPO's pessimistic
+        reward objective taken over the reward advantages and the NEGATED cost advantages gives
+        the reward objective and the negated cost surrogates together: the cost groups add no
+        operations (see :func:`losses.clipped_objectives`)."""
+        signed = self.signed_advantages
+        if signed is None:
+            signed = torch.cat([self.advantages.unsqueeze(-1), -self.cost_advantages], dim=-1)
+        return losses.clipped_objectives(self.ratio, signed, self.clip_param)
+
+    @property
+    def reward_surrogate(self) -> torch.Tensor:
+        """L_R^CLIP (scalar)."""
+        return self.objectives[0]
+
+    @property
+    def cost_surrogates(self) -> torch.Tensor:
+        """L_Ci^CLIP per cost group [G] (pessimistic: an upper bound on the cost change)."""
+        return -self.objectives[1:]
+
+    def cost_surrogates_plus(self, offsets: torch.Tensor) -> torch.Tensor:
+        """``cost_surrogates + offsets`` [G] in one operation (a subtraction, no negation)."""
+        return offsets - self.objectives[1:]
+
+    @cached_property
+    def violation_offsets(self) -> torch.Tensor:
+        """The constant part of L_Ci^VIOL,N [G]: ((1 - gamma)(J_C - eps) + mu) / sigma (the paper's
+        eq. 8); the update passes it computed once per rollout."""
+        if self.normalized_violation_offsets is not None:
+            return self.normalized_violation_offsets
+        return losses.normalized_violation(
+            torch.zeros_like(self.cost_limits),
+            self.stats.cost_return,
+            self.cost_limits,
+            self.stats.cost_adv_mean,
+            self.stats.cost_adv_std,
+            self.gamma,
+        )
 
 
 @dataclass
 class PreparedRollout:
-    """A rollout ready for the minibatch loop."""
+    """A rollout ready for the minibatch loop.
+
+    ``packed`` holds every per-sample field side by side ([B, columns], ``columns`` names the
+    slices) so that a minibatch is ONE gather whatever the number of cost groups."""
 
     batch: Batch
     stats: RolloutStats
-    advantages: torch.Tensor  # [B] normalized reward advantages
-    cost_advantages: torch.Tensor  # [B, G] normalized (raw for P3O)
+    packed: torch.Tensor
+    columns: dict[str, slice]
+    normalized_violation_offsets: torch.Tensor  # [G] ((1 - gamma)(J_C - eps) + mu) / sigma
     iteration: int
     entropy_coef: float
+
+    def take(self, idx: torch.Tensor) -> dict[str, torch.Tensor]:
+        rows = self.packed.index_select(0, idx)
+        return {name: rows[:, cols] for name, cols in self.columns.items()}
 
 
 class ConstrainedPPO:
@@ -135,7 +188,6 @@ class ConstrainedPPO:
         params: Any,
         cost_limits: torch.Tensor | None = None,
         dist: DistContext | None = None,
-        critic_mode: str | None = None,
         group_names: list[str] | None = None,
     ):
         self.model = model
@@ -153,15 +205,33 @@ class ConstrainedPPO:
         self.group_names = self.group_names_or_default(G, group_names)
         if len(self.group_names) != G:
             raise ValueError(f"group_names: expected {G} names, got {self.group_names}")
-        self.learning_rate = cfg.learning_rate
         self.parameters = [p for p in model.parameters() if p.requires_grad]
         # Gradient norms are clipped per network: a cost critic whose targets are large (costs can
         # be orders of magnitude above the rewards) must not shrink the policy's step.
-        self.clip_groups = {"actor": list(model.actor.parameters()), "critic": list(model.critic.parameters())}
-        for name, critic in zip(self.group_names, model.cost_critics, strict=True):
-            self.clip_groups[f"cost_critic/{name}"] = list(critic.parameters())
-        self.optimizer = torch.optim.Adam(self.parameters, lr=self.learning_rate)
-        self.critics = CriticEvaluator(model, critic_mode)
+        # The cost critics' parameters are stacked over the groups ([G, ...]): group g's share of
+        # each is its slice g.
+        self.clip_groups = ["actor", "critic", *(f"cost_critic/{name}" for name in self.group_names)]
+        self._plain_params = [*model.actor.parameters(), *model.critic.parameters()]
+        self._stacked_params = list(model.cost_critics.parameters())
+        if {id(p) for p in self._plain_params + self._stacked_params} != {id(p) for p in self.parameters}:
+            raise ValueError("the clip groups (actor, critic, cost critics) must hold every trained parameter once")
+        piece_group = [0] * sum(1 for _ in model.actor.parameters()) + [1] * sum(1 for _ in model.critic.parameters())
+        piece_group += [2 + g for _ in self._stacked_params for g in range(G)]
+        self._group_pieces = [[i for i, k in enumerate(piece_group) if k == g] for g in range(len(self.clip_groups))]
+        membership = torch.zeros(len(piece_group), len(self.clip_groups))
+        membership[torch.arange(len(piece_group)), torch.tensor(piece_group, dtype=torch.long)] = 1.0
+        self._clip_membership = membership.to(self.device)
+        # The learning rate and the "skip this step" flag live on the device and the fused Adam
+        # reads them there, so a minibatch step never waits for the device (no host sync): the
+        # KL rule adapts the rate on the device and a non-finite loss or gradient cancels the
+        # step there; the host looks at both once per update.
+        self._lr = torch.tensor(float(cfg.learning_rate), dtype=torch.float32, device=self.device)
+        self._skip_step = torch.zeros((), dtype=torch.float32, device=self.device)
+        self.optimizer = torch.optim.Adam(self.parameters, lr=self._lr, fused=True)
+        self.optimizer.found_inf = self._skip_step
+        self._value_loss_coefs = torch.tensor(
+            [cfg.value_loss_coef] + [cfg.cost_value_loss_coef] * G, dtype=torch.float32, device=self.device
+        )
 
     @staticmethod
     def group_names_or_default(num_groups: int, names: list[str] | None) -> list[str]:
@@ -182,7 +252,7 @@ class ConstrainedPPO:
         std = log_std.exp()
         noise = torch.randn(mean.shape, generator=generator, device=mean.device, dtype=mean.dtype)
         actions = mean + std * noise
-        values, cost_values = self.critics(critic_obs)
+        values, cost_values = self.model.critic_values(critic_obs)
         return {
             "actions": actions,
             "log_probs": losses.gaussian_log_prob(actions, mean, log_std),
@@ -194,7 +264,7 @@ class ConstrainedPPO:
 
     @torch.no_grad()
     def values(self, critic_obs: torch.Tensor) -> tuple[torch.Tensor, torch.Tensor]:
-        return self.critics(critic_obs)
+        return self.model.critic_values(critic_obs)
 
     # ---- algorithm hooks -------------------------------------------------------------------
 
@@ -203,7 +273,7 @@ class ConstrainedPPO:
 
     def policy_loss(self, ctx: MinibatchContext) -> torch.Tensor:
         """PPO: -L_R^CLIP."""
-        return -losses.clipped_surrogate(ctx.ratio, ctx.advantages, ctx.clip_param)
+        return -ctx.reward_surrogate
 
     def penalty_scalars(self) -> dict[str, float]:
         """Penalty weights / multipliers to log (kappa, lambda, nu)."""
@@ -231,11 +301,38 @@ class ConstrainedPPO:
             cost_adv = (raw_cost_adv - stats.cost_adv_mean) / stats.cost_adv_std
         else:
             cost_adv = raw_cost_adv
+        advantages = (batch.advantages - stats.adv_mean) / stats.adv_std
+        G = self.num_cost_groups
+        fields = {
+            "obs": batch.obs,
+            "critic_obs": batch.critic_obs,
+            "actions": batch.actions,
+            "old_log_probs": batch.old_log_probs.unsqueeze(-1),
+            "old_action_mean": batch.old_action_mean,
+            # reward track first, then the cost groups: the value losses run on all at once
+            "old_values": torch.cat([batch.old_values.unsqueeze(-1), batch.old_cost_values[:, :G]], dim=-1),
+            "returns": torch.cat([batch.returns.unsqueeze(-1), batch.cost_returns[:, :G]], dim=-1),
+            "signed_advantages": torch.cat([advantages.unsqueeze(-1), -cost_adv[:, :G]], dim=-1),
+            "cost_advantages": cost_adv[:, :G],
+            "raw_cost_advantages": raw_cost_adv[:, :G],
+        }
+        columns, start = {}, 0
+        for name, value in fields.items():
+            columns[name] = slice(start, start + value.shape[-1])
+            start += value.shape[-1]
         return PreparedRollout(
             batch=batch,
             stats=stats,
-            advantages=(batch.advantages - stats.adv_mean) / stats.adv_std,
-            cost_advantages=cost_adv,
+            packed=torch.cat(list(fields.values()), dim=-1),
+            columns=columns,
+            normalized_violation_offsets=losses.normalized_violation(
+                torch.zeros_like(self.cost_limits),
+                stats.cost_return[:G],
+                self.cost_limits,
+                stats.cost_adv_mean[:G],
+                stats.cost_adv_std[:G],
+                self.cfg.gamma,
+            ),
             iteration=iteration,
             entropy_coef=self.entropy_coef(iteration),
         )
@@ -244,30 +341,30 @@ class ConstrainedPPO:
         self, prep: PreparedRollout, idx: torch.Tensor, adapt_lr: bool = False
     ) -> tuple[torch.Tensor, dict[str, torch.Tensor]]:
         """The total loss of one minibatch and its terms (one graph: actor and all critics)."""
-        cfg, batch = self.cfg, prep.batch
-        mean = self.model.actor(batch.obs[idx])
+        cfg = self.cfg
+        mb = prep.take(idx)
+        mean = self.model.actor(mb["obs"])
         log_std = self.model.actor.log_std
         std = log_std.exp()
-        log_probs = losses.gaussian_log_prob(batch.actions[idx], mean, log_std)
-        ratio = torch.exp(log_probs - batch.old_log_probs[idx])
-        values, cost_values = self.critics(batch.critic_obs[idx])
-        old_mean, old_std = batch.old_action_mean[idx], batch.old_action_std
+        log_probs = losses.gaussian_log_prob(mb["actions"], mean, log_std)
+        ratio = torch.exp(log_probs - mb["old_log_probs"].squeeze(-1))
+        values, cost_values = self.model.critic_values(mb["critic_obs"])
+        old_mean, old_std = mb["old_action_mean"], prep.batch.old_action_std
 
         with torch.no_grad():
             kl = losses.gaussian_kl(old_mean, old_std, mean, std).mean()
             if adapt_lr and cfg.schedule == "adaptive":
                 kl_all = self.dist.all_reduce_mean(kl.clone())
-                self.set_learning_rate(
-                    losses.adapt_learning_rate(
-                        self.learning_rate, float(kl_all), cfg.desired_kl, cfg.min_learning_rate, cfg.max_learning_rate
-                    )
+                losses.adapt_learning_rate_(
+                    self._lr, kl_all, cfg.desired_kl, cfg.min_learning_rate, cfg.max_learning_rate
                 )
 
+        signed = mb["signed_advantages"]
         ctx = MinibatchContext(
             ratio=ratio,
-            advantages=prep.advantages[idx],
-            cost_advantages=prep.cost_advantages[idx],
-            raw_cost_advantages=batch.cost_advantages[idx],
+            advantages=signed[:, 0],
+            cost_advantages=mb["cost_advantages"],
+            raw_cost_advantages=mb["raw_cost_advantages"],
             action_mean=mean,
             action_std=std,
             old_action_mean=old_mean,
@@ -277,66 +374,95 @@ class ConstrainedPPO:
             clip_param=cfg.clip_param,
             gamma=cfg.gamma,
             iteration=prep.iteration,
+            signed_advantages=signed,
+            normalized_violation_offsets=prep.normalized_violation_offsets,
         )
         policy_loss = self.policy_loss(ctx)
-        value_loss = losses.value_loss(
-            values, batch.old_values[idx], batch.returns[idx], cfg.clip_param, cfg.use_clipped_value_loss
+        # The reward critic and every cost critic: one clipped value loss over [B, 1 + G].
+        all_values = torch.cat([values.unsqueeze(-1), cost_values], dim=-1) if self.num_cost_groups else values[:, None]
+        value_losses = losses.value_losses(
+            all_values, mb["old_values"], mb["returns"], cfg.clip_param, cfg.use_clipped_value_loss
         )
         entropy = losses.gaussian_entropy(log_std)
-        loss = policy_loss + cfg.value_loss_coef * value_loss - prep.entropy_coef * entropy
-        terms = {"policy": policy_loss, "value": value_loss, "entropy": entropy}
+        loss = policy_loss + (value_losses * self._value_loss_coefs).sum() - prep.entropy_coef * entropy
+        terms = {"total": loss, "policy": policy_loss, "value": value_losses[0], "entropy": entropy}
         if self.num_cost_groups:
-            cost_value_loss = losses.value_loss(
-                cost_values,
-                batch.old_cost_values[idx],
-                batch.cost_returns[idx],
-                cfg.clip_param,
-                cfg.use_clipped_value_loss,
-            )
-            loss = loss + cfg.cost_value_loss_coef * cost_value_loss
-            terms["cost_value"] = cost_value_loss
+            terms["cost_value"] = value_losses[1:]  # one per cost critic
         terms.update(ctx.info)
         terms["kl"] = kl
         return loss, terms
 
+    def clip_gradients(self) -> torch.Tensor:
+        """Clip each network's gradient norm to ``max_grad_norm``; returns the norms before it [groups].
+
+        One fused norm over all gradients, the per-network norms from those, then one scaling
+        per network: the number of operations hardly grows with the number of cost critics."""
+        for p in self.parameters:
+            if p.grad is None:
+                p.grad = torch.zeros_like(p)
+        with torch.no_grad():
+            pieces = [p.grad for p in self._plain_params]
+            pieces += [piece for p in self._stacked_params for piece in p.grad.unbind(0)]
+            # torch._foreach_norm: every piece's norm in one fused kernel (what clip_grad_norm_ uses).
+            squares = torch.stack(torch._foreach_norm(pieces)).square()
+            group_norms = (squares @ self._clip_membership).sqrt()
+            coefs = (self.cfg.max_grad_norm / (group_norms + 1e-6)).clamp(max=1.0).unbind()
+            for members, coef in zip(self._group_pieces, coefs, strict=True):
+                torch._foreach_mul_([pieces[i] for i in members], coef)
+        return group_norms
+
+    def _term_names(self, key: str, value: torch.Tensor) -> list[str]:
+        name = f"loss/{key}" if key in ("total", "policy", "value", "entropy", "cost_value") else key
+        if value.dim() == 0:
+            return [name]
+        parts = list(self.clip_groups) if key == "grad_norm" else self.group_names
+        if len(parts) != value.numel():
+            raise ValueError(f"term {key!r}: expected {len(parts)} values, got {value.numel()}")
+        return [f"{name}/{part}" for part in parts]
+
     def update(
         self, storage: RolloutStorage, iteration: int, generator: torch.Generator | None = None
     ) -> dict[str, float]:
-        """All epochs and minibatches on one rollout; returns mean losses and diagnostics."""
+        """All epochs and minibatches on one rollout; returns mean losses and diagnostics.
+
+        The minibatch loop never waits for the device: the learning-rate rule, the non-finite
+        check and the step skipping all run there, and the host reads the results once at the
+        end. A non-finite loss or gradient cancels that step and every later one of the update
+        (the parameters stay as they were before it) and raises :class:`NonFiniteLossError`.
+        """
         cfg = self.cfg
         prep = self.prepare(storage, iteration)
-        sums: dict[str, torch.Tensor] = {}
+        self._skip_step.zero_()
+        names: list[str] = []
+        sums = first_bad = bad_record = None
         count = 0
-        for epoch, m, idx in minibatch_indices(prep.batch.size, cfg.num_minibatches, cfg.num_epochs, generator):
+        for _epoch, _m, idx in minibatch_indices(prep.batch.size, cfg.num_minibatches, cfg.num_epochs, generator):
             loss, terms = self.minibatch_loss(prep, idx.to(self.device), adapt_lr=True)
-            where = f"iteration {iteration}, minibatch {m} of epoch {epoch}"
-            bad_loss = None
-            if not torch.isfinite(loss):
-                values = {k: float(v.detach()) for k, v in terms.items()}
-                bad_loss = NonFiniteLossError(f"non-finite loss at {where} ({values}); the step was not applied")
-                if not self.dist.enabled:
-                    raise bad_loss
-                # Other ranks wait in the gradient all-reduce: go through it; the NaN reaches every
-                # rank's gradients, so all of them stop below instead of deadlocking.
             self.optimizer.zero_grad(set_to_none=True)
             loss.backward()
+            # A rank's non-finite gradient reaches every rank here, so all of them skip alike.
             self.dist.all_reduce_grads(self.parameters)
-            for name, params in self.clip_groups.items():
-                norm = nn.utils.clip_grad_norm_(params, cfg.max_grad_norm, foreach=True)
-                if bad_loss is not None:
-                    raise bad_loss
-                if not torch.isfinite(norm):
-                    raise NonFiniteLossError(
-                        f"non-finite gradient norm of the {name} at {where}; the step was not applied"
-                    )
-                terms[f"grad_norm/{name}"] = norm
-            self.optimizer.step()
-            for k, v in terms.items():
-                sums[k] = sums.get(k, 0.0) + v.detach().float()
+            terms["grad_norm"] = self.clip_gradients()
+            with torch.no_grad():
+                if not names:
+                    names = [n for k, v in terms.items() for n in self._term_names(k, v)]
+                vec = torch.cat([v.view(-1) for v in terms.values()])  # "total" first
+                bad = ~torch.isfinite(vec).all()
+                if sums is None:
+                    sums, bad_record = torch.zeros_like(vec), torch.zeros_like(vec)
+                    first_bad = torch.full((), -1, dtype=torch.long, device=self.device)
+                sums += vec
+                newly_bad = bad & (self._skip_step == 0)
+                bad_record = torch.where(newly_bad, vec, bad_record)
+                first_bad = torch.where(newly_bad, count, first_bad)
+                self._skip_step.copy_(torch.maximum(self._skip_step, bad.float()))
+            self.optimizer.step()  # fused Adam: a no-op on the device when _skip_step is set
             count += 1
 
-        loss_keys = ("policy", "value", "entropy", "cost_value")
-        out = {f"loss/{k}" if k in loss_keys else k: float(v) / count for k, v in sums.items()}
+        if bool(self._skip_step):  # the update's one wait for the device
+            self._raise_non_finite(iteration, int(first_bad), names, bad_record.tolist())
+        means = (sums / count).tolist()
+        out = dict(zip(names, means, strict=True))
         out.update(
             {
                 "learning_rate": self.learning_rate,
@@ -344,18 +470,43 @@ class ConstrainedPPO:
                 "action_std": float(self.model.actor.log_std.detach().exp().mean()),
             }
         )
-        stats = prep.stats
+        stats, G = prep.stats, self.num_cost_groups
+        rows = torch.stack([stats.cost_return[:G], stats.cost_adv_mean[:G], stats.cost_adv_std[:G]]).tolist()
         for g, group in enumerate(self.group_names):
-            out[f"cost_return/{group}"] = float(stats.cost_return[g])
-            out[f"cost_adv_mean/{group}"] = float(stats.cost_adv_mean[g])
-            out[f"cost_adv_std/{group}"] = float(stats.cost_adv_std[g])
+            out[f"cost_return/{group}"] = rows[0][g]
+            out[f"cost_adv_mean/{group}"] = rows[1][g]
+            out[f"cost_adv_std/{group}"] = rows[2][g]
         out.update(self.penalty_scalars())
         return out
 
+    def _raise_non_finite(self, iteration: int, index: int, names: list[str], record: list[float]) -> None:
+        epoch, m = divmod(index, self.cfg.num_minibatches)
+        where = f"iteration {iteration}, minibatch {m} of epoch {epoch}"
+        values = dict(zip(names, record, strict=True))
+        if not math.isfinite(values.pop("loss/total")):
+            raise NonFiniteLossError(f"non-finite loss at {where} ({values}); the step was not applied")
+        group = next(
+            (n[len("grad_norm/") :] for n, v in values.items() if n.startswith("grad_norm/") and not math.isfinite(v)),
+            "?",
+        )
+        raise NonFiniteLossError(f"non-finite gradient norm of the {group} at {where}; the step was not applied")
+
+    @property
+    def learning_rate(self) -> float:
+        return float(self._lr)
+
     def set_learning_rate(self, lr: float) -> None:
-        self.learning_rate = lr
+        self._lr.fill_(float(lr))
+
+    def load_optimizer_state(self, state: dict[str, Any]) -> None:
+        """Load an Adam state_dict (also one saved by a plain, unfused Adam) and keep this
+        algorithm's fused, device-side learning rate."""
+        self.optimizer.load_state_dict(state)
         for group in self.optimizer.param_groups:
-            group["lr"] = lr
+            group.update(lr=self._lr, fused=True, foreach=None, capturable=False, differentiable=False)
+        for p, s in self.optimizer.state.items():
+            if "step" in s:
+                s["step"] = torch.as_tensor(s["step"], dtype=torch.float32).to(p.device)
 
     # ---- state for checkpoints ----------------------------------------------------------------
 

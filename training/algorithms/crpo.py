@@ -17,7 +17,6 @@ from typing import ClassVar
 
 import torch
 
-from training.algorithms import losses
 from training.algorithms.base import ConstrainedPPO, MinibatchContext
 
 
@@ -36,6 +35,5 @@ class CRPO(ConstrainedPPO):
         violated = self.constraint_estimates(ctx) > ctx.cost_limits
         ctx.info["reward_step"] = (~violated.any()).float()
         if bool(violated.any()):
-            surrogate = losses.clipped_cost_surrogate(ctx.ratio, ctx.cost_advantages, ctx.clip_param)
-            return (surrogate * violated).sum()
-        return -losses.clipped_surrogate(ctx.ratio, ctx.advantages, ctx.clip_param)
+            return (ctx.cost_surrogates * violated).sum()
+        return -ctx.reward_surrogate

@@ -45,6 +45,27 @@ def clipped_cost_surrogate(ratio: torch.Tensor, cost_advantages: torch.Tensor, c
     return torch.maximum(r * cost_advantages, clipped * cost_advantages).mean(0)
 
 
+def clipped_objectives(ratio: torch.Tensor, signed_advantages: torch.Tensor, clip: float) -> torch.Tensor:
+    """mean(min(r A, clip(r) A)) per column of ``signed_advantages`` [B, K] -> [K].
+
+    With columns (A_R, -A_C1, ..., -A_CG) this is (L_R^CLIP, -L_C1^CLIP, ..., -L_CG^CLIP): the
+    reward objective and all cost surrogates in the same few operations as the reward alone."""
+    r = ratio.unsqueeze(-1)
+    clipped = r.clamp(1.0 - clip, 1.0 + clip)
+    return torch.minimum(r * signed_advantages, clipped * signed_advantages).mean(0)
+
+
+def value_losses(
+    values: torch.Tensor, old_values: torch.Tensor, returns: torch.Tensor, clip: float, use_clipped: bool
+) -> torch.Tensor:
+    """Clipped squared error per column (critic) of [B, K] tensors -> [K]."""
+    errors = (values - returns).square()
+    if use_clipped:
+        clipped = old_values + (values - old_values).clamp(-clip, clip)
+        errors = torch.maximum(errors, (clipped - returns).square())
+    return errors.mean(0)
+
+
 def value_loss(
     values: torch.Tensor, old_values: torch.Tensor, returns: torch.Tensor, clip: float, use_clipped: bool
 ) -> torch.Tensor:
@@ -94,3 +115,14 @@ def adapt_learning_rate(lr: float, kl: float, desired_kl: float, min_lr: float, 
     if 0.0 < kl < 0.5 * desired_kl:
         return min(max_lr, lr * 1.5)
     return lr
+
+
+def adapt_learning_rate_(
+    lr: torch.Tensor, kl: torch.Tensor, desired_kl: float, min_lr: float, max_lr: float
+) -> torch.Tensor:
+    """:func:`adapt_learning_rate` on device tensors, in place on ``lr`` (no wait for the device)."""
+    shrink = kl > 2.0 * desired_kl
+    grow = (kl > 0.0) & (kl < 0.5 * desired_kl)
+    smaller = (lr / 1.5).clamp(min=min_lr)
+    larger = (lr * 1.5).clamp(max=max_lr)
+    return lr.copy_(torch.where(shrink, smaller, torch.where(grow, larger, lr)))

@@ -19,7 +19,6 @@ from typing import ClassVar
 
 import torch
 
-from training.algorithms import losses
 from training.algorithms.base import ConstrainedPPO, MinibatchContext
 
 
@@ -28,12 +27,9 @@ class NIPO(ConstrainedPPO):
     uses_cost_critics: ClassVar[bool] = True
 
     def policy_loss(self, ctx: MinibatchContext) -> torch.Tensor:
-        reward = losses.clipped_surrogate(ctx.ratio, ctx.advantages, ctx.clip_param)
-        surrogate = losses.clipped_cost_surrogate(ctx.ratio, ctx.cost_advantages, ctx.clip_param)
-        s = ctx.stats
-        viol = losses.normalized_violation(
-            surrogate, s.cost_return, ctx.cost_limits, s.cost_adv_mean, s.cost_adv_std, ctx.gamma
-        )
+        reward = ctx.reward_surrogate
+        surrogate = ctx.cost_surrogates
+        viol = surrogate + ctx.violation_offsets
         satisfied = viol.detach() < 0
         barrier = -torch.log((-viol).clamp(min=torch.finfo(viol.dtype).tiny)) / self.params.barrier_k
         recovery = self.params.recovery_coef * surrogate

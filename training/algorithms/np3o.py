@@ -57,19 +57,14 @@ class NP3O(ConstrainedPPO):
 
     def violations(self, ctx: MinibatchContext) -> torch.Tensor:
         """L_C^VIOL,N per cost group, [G]."""
-        surrogate = losses.clipped_cost_surrogate(ctx.ratio, ctx.cost_advantages, ctx.clip_param)
-        s = ctx.stats
-        return losses.normalized_violation(
-            surrogate, s.cost_return, ctx.cost_limits, s.cost_adv_mean, s.cost_adv_std, ctx.gamma
-        )
+        return ctx.cost_surrogates_plus(ctx.violation_offsets)
 
     def policy_loss(self, ctx: MinibatchContext) -> torch.Tensor:
-        reward = losses.clipped_surrogate(ctx.ratio, ctx.advantages, ctx.clip_param)
+        reward = ctx.reward_surrogate
         viol = self.violations(ctx)
         penalty = self.kappa * torch.relu(viol).sum()
         ctx.info["penalty"] = penalty.detach()
-        for g, name in enumerate(self.group_names):
-            ctx.info[f"violation/{name}"] = viol[g].detach()
+        ctx.info["violation"] = viol.detach()  # one value per cost group
         return -reward + penalty
 
     def penalty_scalars(self) -> dict[str, float]:

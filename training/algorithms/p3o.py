@@ -24,5 +24,4 @@ class P3O(NP3O):
     normalize_cost_advantages: ClassVar[bool] = False
 
     def violations(self, ctx: MinibatchContext) -> torch.Tensor:
-        surrogate = losses.clipped_cost_surrogate(ctx.ratio, ctx.cost_advantages, ctx.clip_param)
-        return losses.violation(surrogate, ctx.stats.cost_return, ctx.cost_limits, ctx.gamma)
+        return losses.violation(ctx.cost_surrogates, ctx.stats.cost_return, ctx.cost_limits, ctx.gamma)

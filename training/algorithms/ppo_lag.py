@@ -17,7 +17,6 @@ from typing import Any, ClassVar
 import torch
 from torch.nn import functional as F
 
-from training.algorithms import losses
 from training.algorithms.base import ConstrainedPPO, MinibatchContext, RolloutStats
 
 
@@ -45,9 +44,8 @@ class PPOLagrangian(ConstrainedPPO):
         self.lambda_optimizer.step()
 
     def policy_loss(self, ctx: MinibatchContext) -> torch.Tensor:
-        reward = losses.clipped_surrogate(ctx.ratio, ctx.advantages, ctx.clip_param)
-        cost = losses.clipped_cost_surrogate(ctx.ratio, ctx.cost_advantages, ctx.clip_param)
-        penalty = (self.multipliers * cost).sum()
+        reward = ctx.reward_surrogate
+        penalty = (self.multipliers * ctx.cost_surrogates).sum()
         ctx.info["penalty"] = penalty.detach()
         return -reward + penalty
 
