@@ -248,7 +248,7 @@ def test_tensorboard_scalars(tmp_path):
         "Penalty/kappa",
         "Loss/policy",
         "Loss/value",
-        "Loss/cost_value",
+        "Loss/cost_value/limits",  # one per cost critic
         "Policy/kl",
         "Policy/learning_rate",
         "Constraint/J_C/limits",
