@@ -102,12 +102,41 @@ def macs_per_sample(module: nn.Module) -> int:
     return sum(m.in_features * m.out_features for m in module.modules() if isinstance(m, nn.Linear))
 
 
-def fresh_algorithm(algo_name: str, model: ActorCritic):
+def fresh_algorithm(algo_name: str, model: ActorCritic, cuda_graphs: bool = True):
     """The algorithm on a fresh copy of ``model`` and a fresh optimizer."""
     fresh = copy.deepcopy(model)
-    cfg = PPOConfig(num_epochs=NUM_EPOCHS, num_minibatches=NUM_MINIBATCHES)
+    cfg = PPOConfig(num_epochs=NUM_EPOCHS, num_minibatches=NUM_MINIBATCHES, cuda_graphs=cuda_graphs)
     params = NP3OParams() if algo_name == "np3o" else PPOParams()
     return make_algorithm(algo_name, fresh, cfg, params, cost_limits=torch.zeros(len(fresh.cost_critics)))
+
+
+class Timed:
+    """One algorithm, timed repeatedly from the same start: before every timed update the
+    networks, the optimizer and the learning rate are restored in place (so CUDA graphs captured
+    in the warm-up stay valid, as they do over a training run)."""
+
+    def __init__(self, algo_name: str, model: ActorCritic, cuda_graphs: bool):
+        self.algo = fresh_algorithm(algo_name, model, cuda_graphs)
+        self.model_state = copy.deepcopy(self.algo.model.state_dict())
+        self.optimizer_state = copy.deepcopy(self.algo.optimizer.state_dict())
+        self.learning_rate = self.algo.learning_rate
+
+    def restore(self) -> None:
+        self.algo.model.load_state_dict(self.model_state)
+        self.algo.load_optimizer_state(copy.deepcopy(self.optimizer_state))
+        self.algo.set_learning_rate(self.learning_rate)
+
+    def __call__(self, storage: RolloutStorage, device: torch.device) -> float:
+        """Seconds for one full update (same rollout, same permutation)."""
+        self.restore()
+        generator = torch.Generator(device=device).manual_seed(0)
+        if device.type == "cuda":
+            torch.cuda.synchronize(device)
+        t0 = time.perf_counter()
+        self.algo.update(storage, iteration=0, generator=generator)
+        if device.type == "cuda":
+            torch.cuda.synchronize(device)
+        return time.perf_counter() - t0
 
 
 class _CountOps(TorchDispatchMode):
@@ -122,39 +151,29 @@ class _CountOps(TorchDispatchMode):
         return func(*args, **(kwargs or {}))
 
 
-def count_ops(algo_name: str, model: ActorCritic, storage: RolloutStorage, device: torch.device) -> int:
-    """ATen operations of one full update: what the host issues, each a kernel launch or a view."""
-    algo = fresh_algorithm(algo_name, model)
+def count_ops(timed: Timed, storage: RolloutStorage, device: torch.device) -> int:
+    """ATen operations of one full update: what the host issues, each a kernel launch or a view
+    (a replayed CUDA graph counts as none of its kernels)."""
+    timed.restore()
     with _CountOps() as counter:
-        algo.update(storage, iteration=0, generator=torch.Generator(device=device).manual_seed(0))
+        timed.algo.update(storage, iteration=0, generator=torch.Generator(device=device).manual_seed(0))
     return counter.count
 
 
-def profile_update(algo_name: str, model: ActorCritic, storage: RolloutStorage, device: torch.device) -> dict:
+def profile_update(timed: Timed, storage: RolloutStorage, device: torch.device, table: bool) -> dict:
     """One update under torch.profiler: GPU kernels launched and their summed run time, to tell a
     host-paced update (kernel time well below the wall time) from a GPU-bound one."""
     from torch.profiler import ProfilerActivity, profile
 
-    algo = fresh_algorithm(algo_name, model)
+    timed.restore()
     with profile(activities=[ProfilerActivity.CPU, ProfilerActivity.CUDA]) as prof:
-        algo.update(storage, iteration=0, generator=torch.Generator(device=device).manual_seed(0))
+        timed.algo.update(storage, iteration=0, generator=torch.Generator(device=device).manual_seed(0))
         torch.cuda.synchronize(device)
     kernels = [e for e in prof.events() if e.device_type == torch.autograd.DeviceType.CUDA]
     busy_us = sum(getattr(e, "device_time", None) or getattr(e, "cuda_time", 0.0) for e in kernels)
+    if table:
+        print(prof.key_averages().table(sort_by="self_cuda_time_total", row_limit=12, max_name_column_width=60))
     return {"kernels": len(kernels), "kernel_time_s": round(busy_us / 1e6, 4)}
-
-
-def time_update(algo_name: str, model: ActorCritic, storage: RolloutStorage, device: torch.device) -> float:
-    """Seconds for one full update on a fresh copy of ``model`` (same rollout, same permutation)."""
-    algo = fresh_algorithm(algo_name, model)
-    generator = torch.Generator(device=device).manual_seed(0)
-    if device.type == "cuda":
-        torch.cuda.synchronize(device)
-    t0 = time.perf_counter()
-    algo.update(storage, iteration=0, generator=generator)
-    if device.type == "cuda":
-        torch.cuda.synchronize(device)
-    return time.perf_counter() - t0
 
 
 def main(argv: list[str] | None = None) -> int:
@@ -168,6 +187,10 @@ def main(argv: list[str] | None = None) -> int:
     p.add_argument("--tf32", action="store_true", help="CUDA: float32 matrix products on TF32 tensor cores")
     p.add_argument(
         "--profile", action="store_true", help="CUDA: also count the kernels of one update and sum their run time"
+    )
+    p.add_argument("--profile-table", action="store_true", help="with --profile: print the top kernels")
+    p.add_argument(
+        "--no-cuda-graphs", action="store_true", help="CUDA: run the networks eagerly (no CUDA graphs), as on a CPU"
     )
     args = p.parse_args(argv)
     num_envs = args.num_envs or (128 if args.quick else 512)
@@ -185,19 +208,20 @@ def main(argv: list[str] | None = None) -> int:
     ppo_model.actor.load_state_dict(np3o_model.actor.state_dict())
     ppo_model.critic.load_state_dict(np3o_model.critic.state_dict())
     storage = make_rollout(np3o_model, num_envs, device, seed=1)  # PPO ignores its cost tracks
-    runs = [("ppo", ppo_model), ("np3o", np3o_model)]
-    for name, model in runs:  # warm-up
-        time_update(name, model, storage, device)
-    times: dict[str, list[float]] = {name: [] for name, _ in runs}
+    graphs = not args.no_cuda_graphs
+    runs = {"ppo": Timed("ppo", ppo_model, graphs), "np3o": Timed("np3o", np3o_model, graphs)}
+    for timed in runs.values():  # warm-up (and the CUDA graphs' capture)
+        timed(storage, device)
+    times: dict[str, list[float]] = {name: [] for name in runs}
     for _ in range(repeats):
-        for name, model in runs:
-            times[name].append(time_update(name, model, storage, device))
-    ops = {name: count_ops(name, model, storage, device) for name, model in runs}
+        for name, timed in runs.items():
+            times[name].append(timed(storage, device))
+    ops = {name: count_ops(timed, storage, device) for name, timed in runs.items()}
 
     ppo_s = statistics.median(times["ppo"])
     np3o_s = statistics.median(times["np3o"])
     base_macs = macs_per_sample(np3o_model.actor) + macs_per_sample(np3o_model.critic)
-    cost_macs = sum(w[0].numel() for w in np3o_model.cost_critics.weights)  # per group: in x out per layer
+    cost_macs = sum(i * o for i, o in np3o_model.cost_critics.layer_sizes)  # per group
     cost_macs *= len(np3o_model.cost_critics)
     result = {
         "ppo_update_s": round(ppo_s, 4),
@@ -224,9 +248,10 @@ def main(argv: list[str] | None = None) -> int:
     if device.type == "cuda":
         result["gpu"] = torch.cuda.get_device_name(device)
         result["torch"] = torch.__version__
+        result["cuda_graphs"] = graphs
         if args.profile:
-            for name, model in runs:
-                prof = profile_update(name, model, storage, device)
+            for name, timed in runs.items():
+                prof = profile_update(timed, storage, device, table=args.profile_table)
                 result[f"{name}_kernels"] = prof["kernels"]
                 result[f"{name}_kernel_time_s"] = prof["kernel_time_s"]
     print(

@@ -143,9 +143,9 @@ def _check_state_dict(model: ActorCritic, state: Any, path: Path, layout: Observ
 def _num_cost_critics(data: dict[str, Any], path: Path) -> int:
     """One cost critic per cost group, or none for algorithms without them (plain PPO)."""
     state = data["model"] if isinstance(data["model"], dict) else {}
-    stacked = state.get("cost_critics.weights.0")
-    if isinstance(stacked, torch.Tensor) and stacked.dim() == 3:
-        count = stacked.shape[0]  # parameters stacked over the groups
+    stacked = state.get("cost_critics.params")
+    if isinstance(stacked, torch.Tensor) and stacked.dim() == 2:
+        count = stacked.shape[0]  # one row of parameters per group
     else:  # checkpoints with one module per cost critic
         count = len({k.split(".")[1] for k in state if isinstance(k, str) and k.startswith("cost_critics.")})
     groups = len(data["cost_groups"])
@@ -190,7 +190,7 @@ def load_policy_source(path: str | os.PathLike[str]) -> PolicySource:
     model = ActorCritic(policy_layout, critic_layout, data["num_actions"], _num_cost_critics(data, path), network)
     state = dict(data["model"]) if isinstance(data["model"], dict) else data["model"]
     if isinstance(state, dict):
-        convert_legacy_cost_critics(state, "cost_critics.", model.cost_critics.num_encoder_layers)
+        convert_legacy_cost_critics(state, "cost_critics.")
     _check_state_dict(model, state, path, policy_layout, data["num_actions"])
     model.load_state_dict(state, strict=True)
     actor = model.actor.eval()

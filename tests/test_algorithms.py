@@ -4,6 +4,7 @@ invariance, Softplus critics, non-negative lambda, the J_C estimator and the fus
 from __future__ import annotations
 
 import copy
+import dataclasses
 import math
 
 import pytest
@@ -285,7 +286,7 @@ def _actor_grad(name: str, cost_scale: float) -> tuple[torch.Tensor, float]:
     model.zero_grad()
     loss.backward()
     grad = torch.cat([p.grad.reshape(-1) for p in model.actor.parameters()])
-    return grad, float(terms["penalty"])
+    return grad, float(terms["penalty"].detach())
 
 
 def test_scaling_costs_by_100_leaves_np3o_gradient_unchanged_and_changes_p3o():
@@ -320,8 +321,9 @@ def test_softplus_cost_critics_are_never_negative():
     torch.manual_seed(0)
     model = ActorCritic(FLAT, FLAT, 1, 3, SMALL)
     with torch.no_grad():
-        model.cost_critics.biases[-1].fill_(-50.0)
-        model.cost_critics.weights[-1].mul_(20.0)
+        w, b = model.cost_critics.layers()[-1]
+        b.fill_(-50.0)
+        w.mul_(20.0)
     _, cost_values = model.critic_values(100 * torch.randn(2000, 3))
     assert cost_values.shape == (2000, 3)
     assert (cost_values >= 0).all()
@@ -330,7 +332,7 @@ def test_softplus_cost_critics_are_never_negative():
 def _reference_cost_critic(model: ActorCritic, g: int, normalized: torch.Tensor) -> torch.Tensor:
     """Cost critic g evaluated on its own, layer by layer with F.linear (no batched products)."""
     cc = model.cost_critics
-    layers = [(w[g].t(), b[g, 0]) for w, b in zip(cc.weights, cc.biases, strict=True)]
+    layers = [(w[g].t(), b[g, 0]) for w, b in cc.layers()]
     if cc.scan_idx is None:
         h = normalized
     else:
@@ -353,19 +355,18 @@ def test_stacked_cost_critics_equal_one_network_per_group(scan: bool):
     layout = ObservationLayout.build(terms)
     torch.manual_seed(1)
     model = ActorCritic(layout, layout, 2, 3, SMALL)
-    assert [tuple(w.shape[:1]) for w in model.cost_critics.weights] == [(3,)] * len(model.cost_critics.weights)
+    assert model.cost_critics.params.shape[0] == 3
     x = torch.randn(64, layout.dim)
     normalized = model.critic.normalizer(x)
     _, cost = model.critic_values(x)
     for g in range(3):
         torch.testing.assert_close(cost[:, g], _reference_cost_critic(model, g, normalized))
     cost[:, 1].square().sum().backward()
-    grads = [w.grad for w in model.cost_critics.weights]
-    assert all(gr[0].abs().max() == 0 and gr[2].abs().max() == 0 and gr[1].abs().max() > 0 for gr in grads)
+    grad = model.cost_critics.params.grad.clone()
+    assert grad[0].abs().max() == 0 and grad[2].abs().max() == 0 and grad[1].abs().min() > 0
     model.zero_grad()
     _reference_cost_critic(model, 1, normalized).square().sum().backward()
-    for a, w in zip(grads, model.cost_critics.weights, strict=True):
-        torch.testing.assert_close(a, w.grad, rtol=1e-5, atol=1e-6)
+    torch.testing.assert_close(grad, model.cost_critics.params.grad, rtol=1e-5, atol=1e-6)
 
 
 def test_checkpoints_with_one_module_per_cost_critic_still_load():
@@ -378,9 +379,9 @@ def test_checkpoints_with_one_module_per_cost_critic_still_load():
     model = ActorCritic(layout, layout, 2, 2, SMALL)
     legacy = {k: v for k, v in model.state_dict().items() if not k.startswith("cost_critics.")}
     cc = model.cost_critics
-    names = ["trunk.encoder.0", "trunk.encoder.2", "trunk.body.0", "head"][-len(cc.weights) :]
+    names = ["trunk.encoder.0", "trunk.encoder.2", "trunk.body.0", "head"]
     for g in range(2):
-        for name, w, b in zip(names, cc.weights, cc.biases, strict=True):
+        for name, (w, b) in zip(names, cc.layers(), strict=True):
             legacy[f"cost_critics.{g}.{name}.weight"] = w[g].t().clone()
             legacy[f"cost_critics.{g}.{name}.bias"] = b[g, 0].clone()
     fresh = ActorCritic(layout, layout, 2, 2, SMALL)
@@ -493,18 +494,15 @@ def test_gradients_are_clipped_per_network_and_per_cost_group():
     for p in algo.model.parameters():
         p.grad = torch.full_like(p, 1e-4)
     cc = algo.model.cost_critics
-    for w in cc.weights:
-        w.grad[1] = 1e3  # only cost group "b" gets a huge gradient
+    cc.params.grad[1] = 1e3  # only cost group "b" gets a huge gradient
     actor_before = [p.grad.clone() for p in algo.model.actor.parameters()]
-    group_a_before = [w.grad[0].clone() for w in cc.weights]
+    group_a_before = cc.params.grad[0].clone()
     norms = algo.clip_gradients()
     assert norms[3] > 1e3 * max_norm  # the norm before clipping is reported
     for a, p in zip(actor_before, algo.model.actor.parameters(), strict=True):
         assert torch.equal(a, p.grad)  # a cost critic's large gradient does not shrink the policy's step
-    for a, w in zip(group_a_before, cc.weights, strict=True):
-        assert torch.equal(a, w.grad[0])  # nor the other cost critic's
-    group_b = torch.cat([w.grad[1].reshape(-1) for w in cc.weights] + [b.grad[1].reshape(-1) for b in cc.biases])
-    assert group_b.norm().item() == pytest.approx(max_norm, rel=1e-4)
+    assert torch.equal(group_a_before, cc.params.grad[0])  # nor the other cost critic's
+    assert cc.params.grad[1].norm().item() == pytest.approx(max_norm, rel=1e-4)
 
 
 def test_an_optimizer_state_saved_by_a_plain_adam_loads_into_the_fused_one():
@@ -521,20 +519,85 @@ def test_an_optimizer_state_saved_by_a_plain_adam_loads_into_the_fused_one():
     assert all(float(s["step"]) == 1 + 4 for s in algo.optimizer.state.values())
 
 
-@pytest.mark.gpu
-def test_an_update_on_cuda_matches_the_cpu():
-    """Fused Adam with the learning rate and the skip flag on the GPU: the same step as on the CPU."""
-    algo, storage = _np3o_with_rollout()
-    gpu_model = copy.deepcopy(algo.model).cuda()
-    gpu = make_algorithm("np3o", gpu_model, algo.cfg, NP3OParams(), cost_limits=torch.zeros(2), group_names=["a", "b"])
+def _cuda_storage(storage: RolloutStorage) -> RolloutStorage:
     gpu_storage = copy.deepcopy(storage)
     for name, value in vars(gpu_storage).items():
         if isinstance(value, torch.Tensor):
             setattr(gpu_storage, name, value.cuda())
     gpu_storage.device = torch.device("cuda")
-    perm = torch.Generator().manual_seed(0)
-    cpu_out = algo.update(storage, iteration=0, generator=perm)
-    gpu_out = gpu.update(gpu_storage, iteration=0, generator=torch.Generator().manual_seed(0))
+    return gpu_storage
+
+
+@pytest.mark.gpu
+@pytest.mark.parametrize("graphs", [False, True])
+def test_an_update_on_cuda_matches_the_cpu(graphs: bool):
+    """Fused Adam with the learning rate and the skip flag on the GPU, with and without CUDA
+    graphs of the networks: the same steps as on the CPU."""
+    algo, storage = _np3o_with_rollout()
+    gpu_model = copy.deepcopy(algo.model).cuda()
+    cfg = dataclasses.replace(algo.cfg, cuda_graphs=graphs)
+    gpu = make_algorithm("np3o", gpu_model, cfg, NP3OParams(), cost_limits=torch.zeros(2), group_names=["a", "b"])
+    gpu_storage = _cuda_storage(storage)
+    for iteration in range(2):
+        cpu_out = algo.update(storage, iteration=iteration, generator=torch.Generator().manual_seed(iteration))
+        gpu_out = gpu.update(gpu_storage, iteration=iteration, generator=torch.Generator().manual_seed(iteration))
     for a, b in zip(algo.model.parameters(), gpu_model.parameters(), strict=True):
         torch.testing.assert_close(a, b.cpu(), rtol=1e-4, atol=1e-5)
     assert gpu_out["learning_rate"] == pytest.approx(cpu_out["learning_rate"])
+    assert gpu_out["loss/total"] == pytest.approx(cpu_out["loss/total"], rel=1e-4, abs=1e-5)
+    assert gpu.networks.captured == (2 if graphs else 0)  # actor and critics, one minibatch size
+
+
+@pytest.mark.gpu
+@pytest.mark.parametrize("name", ["ppo", "crpo"])
+def test_cuda_graphs_give_the_eager_update_for_every_algorithm(name: str):
+    torch.manual_seed(0)
+    groups = 2 if ALGORITHMS[name].uses_cost_critics else 0
+    model = ActorCritic(FLAT, FLAT, 1, groups, SMALL).cuda()
+    storage = _cuda_storage(_rollout(ActorCritic(FLAT, FLAT, 1, 2, SMALL), 1.0))
+    results = []
+    for graphs in (False, True):
+        m = copy.deepcopy(model)
+        cfg = PPOConfig(gamma=GAMMA, num_minibatches=2, num_epochs=2, cuda_graphs=graphs)
+        algo = make_algorithm(name, m, cfg, ALGO_PARAMS[name](), cost_limits=torch.zeros(groups))
+        algo.update(storage, iteration=0, generator=torch.Generator().manual_seed(0))
+        results.append(m)
+    for a, b in zip(results[0].parameters(), results[1].parameters(), strict=True):
+        torch.testing.assert_close(a, b, rtol=1e-5, atol=1e-6)
+
+
+@pytest.mark.parametrize("chunks", [1, 4])
+@pytest.mark.parametrize("shared_input", [True, False])
+def test_grouped_linear_gradients_equal_autograd_of_the_batched_product(monkeypatch, chunks: int, shared_input: bool):
+    """The hand-written backward (weight gradients summed over sample pieces on a GPU) gives
+    autograd's gradients of baddbmm, also for an input shared by all groups (expanded)."""
+    import training.networks as networks
+
+    monkeypatch.setattr(networks, "_weight_grad_chunks", lambda batch, device: chunks)
+    g = torch.Generator().manual_seed(4)
+    x0 = torch.randn(3, 64, 5, generator=g, dtype=torch.float64)
+    x0 = x0[:1].expand(3, 64, 5) if shared_input else x0
+    w = torch.randn(3, 5, 4, generator=g, dtype=torch.float64, requires_grad=True)
+    b = torch.randn(3, 1, 4, generator=g, dtype=torch.float64, requires_grad=True)
+    x = x0.clone().requires_grad_(not shared_input) if not shared_input else x0
+    out = networks.grouped_linear(x, w, b)
+    ref = torch.baddbmm(b, x, w)
+    torch.testing.assert_close(out, ref)
+    upstream = torch.randn(out.shape, generator=g, dtype=torch.float64)
+    grads = torch.autograd.grad(out, [w, b] + ([x] if x.requires_grad else []), upstream)
+    ref_grads = torch.autograd.grad(ref, [w, b] + ([x] if x.requires_grad else []), upstream)
+    for a, r in zip(grads, ref_grads, strict=True):
+        torch.testing.assert_close(a, r)
+
+
+def test_weight_gradient_pieces_divide_the_batch():
+    from training.networks import _weight_grad_chunks
+
+    cuda = torch.device("cuda")
+    assert _weight_grad_chunks(24576, torch.device("cpu")) == 1
+    assert _weight_grad_chunks(24576, cuda) == 64  # 384 samples per piece
+    assert _weight_grad_chunks(1000, cuda) == 2  # 500: the only power of two that divides it and leaves >= 256
+    assert _weight_grad_chunks(300, cuda) == 1
+    for batch in (6144, 24576, 1000, 4097):
+        c = _weight_grad_chunks(batch, cuda)
+        assert batch % c == 0 and (c == 1 or batch // c >= 256)

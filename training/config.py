@@ -73,6 +73,9 @@ class PPOConfig:
     entropy_coef: float = 0.01
     entropy_coef_final: float = 0.001
     entropy_decay: float = 0.998
+    # On a GPU, run the networks' forward and backward passes of a minibatch step as CUDA graphs
+    # (training.algorithms.graphs); no effect on a CPU.
+    cuda_graphs: bool = True
 
     def validate(self, prefix: str = "ppo") -> None:
         _check(_finite(self.gamma) and 0 < self.gamma < 1, f"{prefix}.gamma", f"must be in (0, 1), got {self.gamma!r}")
@@ -105,6 +108,11 @@ class PPOConfig:
             _finite(self.entropy_decay) and 0 < self.entropy_decay <= 1,
             f"{prefix}.entropy_decay",
             f"must be in (0, 1], got {self.entropy_decay!r}",
+        )
+        _check(
+            isinstance(self.cuda_graphs, bool),
+            f"{prefix}.cuda_graphs",
+            f"must be true or false, got {self.cuda_graphs!r}",
         )
         _check(
             isinstance(self.use_clipped_value_loss, bool),

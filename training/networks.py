@@ -150,14 +150,63 @@ class ValueCritic(nn.Module):
         return self.head(self.trunk(self.normalizer(obs))).squeeze(-1)
 
 
+def _weight_grad_chunks(batch: int, device: torch.device) -> int:
+    """How many pieces the sample dimension of a weight gradient is cut into on a GPU.
+
+    A batched product whose reduction runs over the samples (x^T @ grad per group) has only a
+    few output tiles per group, and cuBLAS does not split the reduction of batched products: on
+    an H100 those products took three times the whole PPO update's kernel time. Cut into pieces
+    they become many small products summed afterwards (a hand-made split-K)."""
+    if device.type != "cuda":
+        return 1
+    chunks = 1
+    while chunks < 64 and batch % (2 * chunks) == 0 and batch // (2 * chunks) >= 256:
+        chunks *= 2
+    return chunks
+
+
+class _GroupedLinear(torch.autograd.Function):
+    """y[g] = x[g] @ w[g] + b[g] for every group g (x [G, B, in], w [G, in, out], b [G, 1, out])."""
+
+    @staticmethod
+    def forward(ctx, x: torch.Tensor, weight: torch.Tensor, bias: torch.Tensor) -> torch.Tensor:
+        ctx.save_for_backward(x, weight)
+        return torch.baddbmm(bias, x, weight)
+
+    @staticmethod
+    def backward(ctx, grad: torch.Tensor):
+        x, weight = ctx.saved_tensors
+        grad_x = grad_w = grad_b = None
+        if ctx.needs_input_grad[0]:
+            grad_x = torch.bmm(grad, weight.transpose(1, 2))
+        if ctx.needs_input_grad[1]:
+            groups, batch, n_in = x.shape
+            chunks = _weight_grad_chunks(batch, grad.device)
+            if chunks == 1:
+                grad_w = torch.bmm(x.transpose(1, 2), grad)
+            else:
+                xs = x.reshape(groups * chunks, batch // chunks, n_in).transpose(1, 2)
+                gs = grad.reshape(groups * chunks, batch // chunks, grad.shape[-1])
+                grad_w = torch.bmm(xs, gs).view(groups, chunks, n_in, -1).sum(1)
+        if ctx.needs_input_grad[2]:
+            grad_b = grad.sum(1, keepdim=True)
+        return grad_x, grad_w, grad_b
+
+
+def grouped_linear(x: torch.Tensor, weight: torch.Tensor, bias: torch.Tensor) -> torch.Tensor:
+    """One linear layer for G independent networks at once: [G, B, in] -> [G, B, out]."""
+    return _GroupedLinear.apply(x, weight, bias)
+
+
 class CostCritics(nn.Module):
     """The G cost value functions V_Ci(s) >= 0 (Softplus output, appendix B of the paper).
 
-    Each group has its own network (own scan encoder, ELU(128), Softplus head), but their
-    parameters are stored stacked, ``weights[k]`` of shape [G, in, out] and ``biases[k]`` of
-    shape [G, 1, out] for layer k (encoder layers, body layers, head), so every layer of all G
-    critics is ONE batched matrix product: the number of operations of a training step does not
-    grow with the number of cost groups, which is what makes the cost critics cheap on a GPU.
+    Each group has its own network (own scan encoder, ELU(128), Softplus head), but they are
+    evaluated together: every layer of all G critics is ONE batched product (:func:`grouped_linear`),
+    so the operations of a training step do not grow with the number of cost groups. All their
+    parameters live in one tensor ``params`` [G, P], row g holding group g's weights and biases;
+    :meth:`layers` cuts it into per-layer views, weight [G, in, out] and bias [G, 1, out]. One
+    tensor means one gradient to accumulate and one to clip per group, whatever the depth.
     Checkpoints written with one module per critic (keys ``cost_critics.<g>.trunk...``) load too.
     """
 
@@ -178,18 +227,33 @@ class CostCritics(nn.Module):
             encoder = []
             body = [layout.dim, *cfg.cost_critic_hidden]
         self.num_encoder_layers = max(len(encoder) - 1, 0)
-        sizes = [*itertools.pairwise(encoder), *itertools.pairwise(body), (body[-1], 1)] if num_groups else []
-        self.weights = nn.ParameterList(nn.Parameter(torch.empty(num_groups, i, o)) for i, o in sizes)
-        self.biases = nn.ParameterList(nn.Parameter(torch.empty(num_groups, 1, o)) for _, o in sizes)
+        self.layer_sizes = [*itertools.pairwise(encoder), *itertools.pairwise(body), (body[-1], 1)]
+        size = sum(i * o + o for i, o in self.layer_sizes)
+        # Without cost groups (plain PPO) no parameter at all: nothing to train, save or clip.
+        self.params = nn.Parameter(torch.empty(num_groups, size)) if num_groups else None
         self.reset_parameters()
+
+    def layers(self, flat: torch.Tensor | None = None) -> list[tuple[torch.Tensor, torch.Tensor]]:
+        """(weight [G, in, out], bias [G, 1, out]) views of ``flat`` (default: the parameters;
+        also their gradient) per layer: encoder layers, body layers, head."""
+        flat = self.params if flat is None else flat
+        G, out, start = flat.shape[0], [], 0
+        for i, o in self.layer_sizes:
+            w = flat[:, start : start + i * o].view(G, i, o)
+            b = flat[:, start + i * o : start + i * o + o].view(G, 1, o)
+            out.append((w, b))
+            start += i * o + o
+        return out
 
     @torch.no_grad()
     def reset_parameters(self) -> None:
         """nn.Linear's default initialization, per group: U(-1/sqrt(fan_in), 1/sqrt(fan_in))."""
-        for w, b in zip(self.weights, self.biases, strict=True):
+        if not self.num_groups:
+            return
+        for w, b in self.layers():
             bound = 1.0 / math.sqrt(w.shape[1])
-            nn.init.uniform_(w, -bound, bound)
-            nn.init.uniform_(b, -bound, bound)
+            w.uniform_(-bound, bound)
+            b.uniform_(-bound, bound)
 
     def __len__(self) -> int:
         return self.num_groups
@@ -206,47 +270,49 @@ class CostCritics(nn.Module):
         """The same from the observation already split into proprioception and height scan (the
         split of :meth:`ScanTrunk.split`; ``scan`` None without one)."""
         G, B = self.num_groups, proprio.shape[0]
-        layers = list(zip(self.weights, self.biases, strict=True))
+        layers = self.layers()
         if scan is None:
             h = proprio.expand(G, B, proprio.shape[-1])
         else:
             h = scan.expand(G, B, scan.shape[-1])
             for w, b in layers[: self.num_encoder_layers]:
-                h = F.elu(torch.baddbmm(b, h, w))
+                h = F.elu(grouped_linear(h, w, b))
             h = torch.cat([proprio.expand(G, B, proprio.shape[-1]), h], dim=-1)
         for w, b in layers[self.num_encoder_layers : -1]:
-            h = F.elu(torch.baddbmm(b, h, w))
+            h = F.elu(grouped_linear(h, w, b))
         w, b = layers[-1]
-        return F.softplus(torch.baddbmm(b, h, w)).squeeze(-1).t()
+        return F.softplus(grouped_linear(h, w, b)).squeeze(-1).t()
 
     def _load_from_state_dict(self, state_dict, prefix, local_metadata, strict, missing, unexpected, errors):
-        convert_legacy_cost_critics(state_dict, prefix, self.num_encoder_layers)
+        convert_legacy_cost_critics(state_dict, prefix)
         super()._load_from_state_dict(state_dict, prefix, local_metadata, strict, missing, unexpected, errors)
 
 
-def convert_legacy_cost_critics(state_dict: dict, prefix: str, num_encoder_layers: int) -> None:
+def convert_legacy_cost_critics(state_dict: dict, prefix: str) -> None:
     """In place: per-critic keys ``<prefix><g>.trunk.{encoder,body}.<i>.*`` / ``<g>.head.*`` (one
-    nn.Linear per layer, weight [out, in]) -> stacked ``<prefix>weights.<k>`` [G, in, out] and
-    ``<prefix>biases.<k>`` [G, 1, out]."""
+    nn.Linear per layer, weight [out, in]) -> ``<prefix>params`` [G, P] in :class:`CostCritics`'
+    order (per layer: weight as [in, out], then bias)."""
     legacy = [k for k in state_dict if k.startswith(prefix) and k[len(prefix) :].split(".")[0].isdigit()]
     if not legacy:
         return
     per_group: dict[int, dict[str, torch.Tensor]] = {}
     for key in legacy:
         g, rest = key[len(prefix) :].split(".", 1)
-        per_group.setdefault(int(g), {})[rest] = state_dict.pop(key)
+        per_group[int(g)] = per_group.get(int(g), {})
+        per_group[int(g)][rest] = state_dict.pop(key)
 
-    def layer_order(rest: str) -> tuple[int, int]:
-        part = rest.split(".")
+    def layer_order(name: str) -> tuple[int, int]:
+        part = name.split(".")
         if part[0] == "head":
             return (2, 0)
         return (0 if part[1] == "encoder" else 1, int(part[2]))
 
     groups = [per_group[g] for g in sorted(per_group)]
     names = sorted({r.rsplit(".", 1)[0] for r in groups[0]}, key=layer_order)
-    for k, name in enumerate(names):
-        state_dict[f"{prefix}weights.{k}"] = torch.stack([grp[f"{name}.weight"].t() for grp in groups])
-        state_dict[f"{prefix}biases.{k}"] = torch.stack([grp[f"{name}.bias"].unsqueeze(0) for grp in groups])
+    rows = [
+        torch.cat([t for n in names for t in (grp[f"{n}.weight"].t().reshape(-1), grp[f"{n}.bias"])]) for grp in groups
+    ]
+    state_dict[f"{prefix}params"] = torch.stack(rows)
 
 
 class ActorCritic(nn.Module):
@@ -267,14 +333,21 @@ class ActorCritic(nn.Module):
         self.cost_critics = CostCritics(critic_layout, cfg, num_cost_groups)
 
     def critic_values(self, critic_obs: torch.Tensor) -> tuple[torch.Tensor, torch.Tensor]:
-        """(reward values [batch], cost values [batch, groups]) from one normalization: the cost
-        critics share the reward critic's observation normalizer."""
-        parts = self.critic.trunk.split(self.critic.normalizer(critic_obs))
-        values = self.critic.head(self.critic.trunk.from_parts(*parts)).squeeze(-1)
-        if not len(self.cost_critics):
-            return values, critic_obs.new_zeros(critic_obs.shape[0], 0)
-        return values, self.cost_critics.from_parts(*parts)
+        """(reward values [batch], cost values [batch, groups])."""
+        return critic_values(self.critic, self.cost_critics, critic_obs)
 
     def cost_values(self, critic_obs: torch.Tensor) -> torch.Tensor:
         """[batch, groups] cost values."""
         return self.critic_values(critic_obs)[1]
+
+
+def critic_values(
+    critic: ValueCritic, cost_critics: CostCritics, critic_obs: torch.Tensor
+) -> tuple[torch.Tensor, torch.Tensor]:
+    """(reward values [batch], cost values [batch, groups]) from one normalization and one
+    scan/proprioception split: the cost critics share the reward critic's normalizer."""
+    parts = critic.trunk.split(critic.normalizer(critic_obs))
+    values = critic.head(critic.trunk.from_parts(*parts)).squeeze(-1)
+    if not len(cost_critics):
+        return values, critic_obs.new_zeros(critic_obs.shape[0], 0)
+    return values, cost_critics.from_parts(*parts)

@@ -34,6 +34,7 @@ from typing import Any, ClassVar
 import torch
 
 from training.algorithms import losses
+from training.algorithms.graphs import NetworkGraphs
 from training.config import PPOConfig
 from training.distributed import DistContext
 from training.networks import ActorCritic
@@ -229,6 +230,7 @@ class ConstrainedPPO:
         self._skip_step = torch.zeros((), dtype=torch.float32, device=self.device)
         self.optimizer = torch.optim.Adam(self.parameters, lr=self._lr, fused=True)
         self.optimizer.found_inf = self._skip_step
+        self.networks = NetworkGraphs(model, enabled=cfg.cuda_graphs)
         self._value_loss_coefs = torch.tensor(
             [cfg.value_loss_coef] + [cfg.cost_value_loss_coef] * G, dtype=torch.float32, device=self.device
         )
@@ -343,12 +345,12 @@ class ConstrainedPPO:
         """The total loss of one minibatch and its terms (one graph: actor and all critics)."""
         cfg = self.cfg
         mb = prep.take(idx)
-        mean = self.model.actor(mb["obs"])
+        mean = self.networks.actor(mb["obs"])
         log_std = self.model.actor.log_std
         std = log_std.exp()
         log_probs = losses.gaussian_log_prob(mb["actions"], mean, log_std)
         ratio = torch.exp(log_probs - mb["old_log_probs"].squeeze(-1))
-        values, cost_values = self.model.critic_values(mb["critic_obs"])
+        values, cost_values = self.networks.critics(mb["critic_obs"])
         old_mean, old_std = mb["old_action_mean"], prep.batch.old_action_std
 
         with torch.no_grad():

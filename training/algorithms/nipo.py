@@ -34,6 +34,6 @@ class NIPO(ConstrainedPPO):
         barrier = -torch.log((-viol).clamp(min=torch.finfo(viol.dtype).tiny)) / self.params.barrier_k
         recovery = self.params.recovery_coef * surrogate
         penalty = torch.where(satisfied, barrier, recovery).sum()
-        ctx.info["penalty"] = penalty.detach()
+        ctx.info["penalty"] = penalty  # logged under no_grad: no copy needed
         ctx.info["satisfied_fraction"] = satisfied.float().mean()
         return -reward + penalty

@@ -63,8 +63,8 @@ class NP3O(ConstrainedPPO):
         reward = ctx.reward_surrogate
         viol = self.violations(ctx)
         penalty = self.kappa * torch.relu(viol).sum()
-        ctx.info["penalty"] = penalty.detach()
-        ctx.info["violation"] = viol.detach()  # one value per cost group
+        ctx.info["penalty"] = penalty  # logged under no_grad: no copy needed
+        ctx.info["violation"] = viol  # one value per cost group
         return -reward + penalty
 
     def penalty_scalars(self) -> dict[str, float]:

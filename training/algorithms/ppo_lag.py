@@ -46,7 +46,7 @@ class PPOLagrangian(ConstrainedPPO):
     def policy_loss(self, ctx: MinibatchContext) -> torch.Tensor:
         reward = ctx.reward_surrogate
         penalty = (self.multipliers * ctx.cost_surrogates).sum()
-        ctx.info["penalty"] = penalty.detach()
+        ctx.info["penalty"] = penalty  # logged under no_grad: no copy needed
         return -reward + penalty
 
     def penalty_scalars(self) -> dict[str, float]:
