@@ -350,7 +350,7 @@ class ConstrainedPPO:
         std = log_std.exp()
         log_probs = losses.gaussian_log_prob(mb["actions"], mean, log_std)
         ratio = torch.exp(log_probs - mb["old_log_probs"].squeeze(-1))
-        values, cost_values = self.networks.critics(mb["critic_obs"])
+        all_values = self.networks.critics(mb["critic_obs"])  # [B, 1 + G]: reward, then costs
         old_mean, old_std = mb["old_action_mean"], prep.batch.old_action_std
 
         with torch.no_grad():
@@ -381,7 +381,6 @@ class ConstrainedPPO:
         )
         policy_loss = self.policy_loss(ctx)
         # The reward critic and every cost critic: one clipped value loss over [B, 1 + G].
-        all_values = torch.cat([values.unsqueeze(-1), cost_values], dim=-1) if self.num_cost_groups else values[:, None]
         value_losses = losses.value_losses(
             all_values, mb["old_values"], mb["returns"], cfg.clip_param, cfg.use_clipped_value_loss
         )
@@ -448,7 +447,7 @@ class ConstrainedPPO:
             with torch.no_grad():
                 if not names:
                     names = [n for k, v in terms.items() for n in self._term_names(k, v)]
-                vec = torch.cat([v.view(-1) for v in terms.values()])  # "total" first
+                vec = torch.cat([v.view(1) if v.dim() == 0 else v for v in terms.values()])  # "total" first
                 bad = ~torch.isfinite(vec).all()
                 if sums is None:
                     sums, bad_record = torch.zeros_like(vec), torch.zeros_like(vec)

@@ -20,7 +20,7 @@ from collections.abc import Callable
 import torch
 from torch import nn
 
-from training.networks import ActorCritic, critic_values
+from training.networks import ActorCritic, CostCritics, ValueCritic, critic_values
 
 
 class _ActorMean(nn.Module):
@@ -38,10 +38,8 @@ class _CriticValues(nn.Module):
         self.critic = model.critic
         self.cost_critics = model.cost_critics
 
-    def forward(self, critic_obs: torch.Tensor) -> tuple[torch.Tensor, ...]:
-        values, cost_values = critic_values(self.critic, self.cost_critics, critic_obs)
-        # Graph outputs must all take part in the backward pass: no empty cost tensor for PPO.
-        return (values, cost_values) if len(self.cost_critics) else (values,)
+    def forward(self, critic_obs: torch.Tensor) -> torch.Tensor:
+        return all_critic_values(self.critic, self.cost_critics, critic_obs)
 
 
 class NetworkGraphs:
@@ -57,13 +55,11 @@ class NetworkGraphs:
             return self.model.actor(obs)
         return self._graph("actor", _ActorMean, obs)(obs)
 
-    def critics(self, critic_obs: torch.Tensor) -> tuple[torch.Tensor, torch.Tensor]:
+    def critics(self, critic_obs: torch.Tensor) -> torch.Tensor:
+        """[B, 1 + G]: the reward critic's value, then every cost critic's."""
         if not self._use_graph(critic_obs):
-            return self.model.critic_values(critic_obs)
-        out = self._graph("critics", _CriticValues, critic_obs)(critic_obs)
-        if len(out) == 2:
-            return out[0], out[1]
-        return out[0], critic_obs.new_zeros(critic_obs.shape[0], 0)
+            return all_critic_values(self.model.critic, self.model.cost_critics, critic_obs)
+        return self._graph("critics", _CriticValues, critic_obs)(critic_obs)
 
     @property
     def captured(self) -> int:
@@ -81,3 +77,12 @@ class NetworkGraphs:
             graphed = torch.cuda.make_graphed_callables(wrapper(self.model), (sample,), allow_unused_input=True)
             self._graphed[key] = graphed
         return graphed
+
+
+def all_critic_values(critic: ValueCritic, cost_critics: CostCritics, critic_obs: torch.Tensor) -> torch.Tensor:
+    """[B, 1 + G]: reward value and cost values side by side, as the value losses take them
+    (joined inside the graph, so the join costs the host nothing)."""
+    values, cost_values = critic_values(critic, cost_critics, critic_obs)
+    if not len(cost_critics):
+        return values.unsqueeze(-1)
+    return torch.cat([values.unsqueeze(-1), cost_values], dim=-1)
