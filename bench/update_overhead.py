@@ -10,27 +10,30 @@ robot contract (base velocities, gravity, commands, 12 leg positions, 16 joint v
 last actions) + the 187-point height scan; scan encoder 128-64, actor and reward critic 256-64,
 cost critics 128 (each with its own encoder). 16 actions.
 
-Batch: the paper's is 4096 environments x 24 steps in 4 minibatches, 5 epochs (98,304 samples,
-20 minibatch steps). On a CPU that is minutes per update, so the default scales the
-environments down to 512 (12,288 samples; 3,072 per minibatch; same 24 steps, 4 minibatches,
-5 epochs, so the same 20 optimizer steps); ``--quick`` uses 128 environments (768 per minibatch)
-and fewer repeats; ``--num-envs 4096`` runs the paper's size. Rollout contents are random
-(timing does not depend on them). Runs alternate PPO / N-P3O so that load from other processes
-on a shared CPU hits both alike; each is reported as the median over repeats, each repeat on a
-fresh copy of the initial networks and optimizer.
+Batch: the paper's, 4096 environments x 24 steps in 4 minibatches, 5 epochs (98,304 samples,
+20 minibatch steps), is the default on a GPU (``--device`` defaults to CUDA where there is one).
+On a CPU that is minutes per update, so there the default scales the environments down to 512
+(12,288 samples; 3,072 per minibatch; same 24 steps, 4 minibatches, 5 epochs, so the same 20
+optimizer steps); ``--quick`` uses 128 environments and fewer repeats. Rollout contents are
+random (timing does not depend on them). Runs alternate PPO / N-P3O so that load from other
+processes hits both alike; each is reported as the median over repeats, each repeat from the
+same initial networks and optimizer state (restored in place, so CUDA graphs captured in the
+warm-up stay valid, as over a training run).
 
 ``mac_ratio`` is the floor a compute-bound device cannot beat: the multiply-accumulates of
-actor + critic + cost critics per sample over those of actor + critic. The cost critics'
-parameters are stacked over the groups (one batched product per layer for all of them) and a
-minibatch step never waits for the device (learning-rate rule, non-finite check and step
-skipping run there; fused Adam), so the cost critics add few operations and no waits; they
-cannot remove arithmetic. On a CPU, where these products are compute-bound, the measured ratio
-therefore stays near ``mac_ratio``; on a GPU, where a step is paced by the host issuing
-kernels, it approaches the ratio of operations issued (``op_ratio``, counted here per update
-with a dispatch mode). ``--device cuda`` times it there; ``--tf32`` lets float32 products use
-TF32 tensor cores on CUDA (both algorithms alike).
+actor + critic + cost critics per sample over those of actor + critic. The cost critics are
+evaluated together (one batched product per layer, weight gradients split over the samples on
+a GPU), a minibatch step never waits for the device (learning-rate rule, non-finite check and
+step skipping run there; fused Adam), and on a GPU the networks' forward and backward passes
+are CUDA graphs (PPO's too). On a CPU, where these products are compute-bound, the measured
+ratio stays near ``mac_ratio``; on a GPU the step is paced by the host issuing operations, so
+the ratio approaches that of the operations issued per update (``op_ratio``, counted with a
+dispatch mode; a graph replay counts as one). H100 (torch 2.11, fp32, paper size): ratio
+1.06-1.10 over three runs (1.73-1.78 before these changes). ``--tf32`` lets float32 products
+use TF32 tensor cores on CUDA (both algorithms alike); ``--no-cuda-graphs`` runs the networks
+eagerly; ``--profile`` adds kernel counts and kernel time.
 
-    python -m bench.update_overhead [--quick] [--json] [--num-envs N] [--repeats R] [--threads T] [--device cuda]
+    python -m bench.update_overhead [--quick] [--json] [--num-envs N] [--repeats R] [--device cuda] [--tf32]
 """
 
 from __future__ import annotations
@@ -180,10 +183,18 @@ def main(argv: list[str] | None = None) -> int:
     p = argparse.ArgumentParser(prog="python -m bench.update_overhead", description=__doc__.split("\n\n")[0])
     p.add_argument("--quick", action="store_true", help="128 environments, 3 repeats (well under a minute)")
     p.add_argument("--json", action="store_true", help="last line of stdout: one JSON object")
-    p.add_argument("--num-envs", type=int, help="environments in the rollout (paper: 4096; default 512, quick 128)")
+    p.add_argument(
+        "--num-envs",
+        type=int,
+        help="environments in the rollout (default: the paper's 4096 on a GPU, 512 on a CPU; quick 128)",
+    )
     p.add_argument("--repeats", type=int, help="timed updates per algorithm (default 5, quick 3)")
     p.add_argument("--threads", type=int, default=1, help="torch CPU threads (default 1: stable on a shared machine)")
-    p.add_argument("--device", default="cpu", help="cpu or cuda")
+    p.add_argument(
+        "--device",
+        default="cuda" if torch.cuda.is_available() else "cpu",
+        help="cpu or cuda (default: cuda where there is one)",
+    )
     p.add_argument("--tf32", action="store_true", help="CUDA: float32 matrix products on TF32 tensor cores")
     p.add_argument(
         "--profile", action="store_true", help="CUDA: also count the kernels of one update and sum their run time"
@@ -193,7 +204,7 @@ def main(argv: list[str] | None = None) -> int:
         "--no-cuda-graphs", action="store_true", help="CUDA: run the networks eagerly (no CUDA graphs), as on a CPU"
     )
     args = p.parse_args(argv)
-    num_envs = args.num_envs or (128 if args.quick else 512)
+    num_envs = args.num_envs or (128 if args.quick else 4096 if args.device.startswith("cuda") else 512)
     repeats = args.repeats or (3 if args.quick else 5)
     torch.set_num_threads(args.threads)
     device = torch.device(args.device)

@@ -7,6 +7,12 @@ actor's forward and backward and those of all critics together are one graph lau
 for PPO and every constrained algorithm alike; the losses stay eager (they differ by algorithm,
 and CRPO's switch reads a value on the host).
 
+PyTorch warns once per process that an AccumulateGrad node's stream differs from the backward
+pass's: the parameters' gradient accumulators are created during the capture, on its side
+stream. Creating them beforehand on the default stream, as the warning suggests, makes the
+capture itself fail on CUDA 13 (the captured backward pass would depend on the legacy stream;
+seen on an H100), so the warning stays; the update matches the eager one (tested on a GPU).
+
 One capture per network and minibatch size, made on first use (a few warm-up passes). The
 graphs read the parameters and the normalizer statistics where they are, so in-place updates
 (the optimizer, ``load_state_dict``, the normalizer update) need no new capture. Without
