@@ -601,3 +601,35 @@ def test_weight_gradient_pieces_divide_the_batch():
     for batch in (6144, 24576, 1000, 4097):
         c = _weight_grad_chunks(batch, cuda)
         assert batch % c == 0 and (c == 1 or batch // c >= 256)
+
+
+def test_the_shipped_checkpoint_resumes_with_its_optimizer_state():
+    """model_212.pt was written with one module per cost critic: its Adam moments become those
+    of the stacked parameters, element for element."""
+    from pathlib import Path
+
+    from training.checkpoint import load_checkpoint
+    from training.config import TrainConfig
+
+    ckpt = load_checkpoint(Path(__file__).resolve().parents[1] / "policies" / "aow_flat_np3o" / "model_212.pt")
+    cfg = TrainConfig.from_dict(ckpt["config"])
+    model = ActorCritic(
+        ObservationLayout.from_list(ckpt["obs_layout"]["policy"]),
+        ObservationLayout.from_list(ckpt["obs_layout"]["critic"], known_only=False),
+        ckpt["num_actions"],
+        len(ckpt["cost_groups"]),
+        cfg.network,
+    )
+    model.load_state_dict(ckpt["model"])
+    algo = make_algorithm("np3o", model, cfg.ppo, cfg.algo_params, cost_limits=torch.zeros(2))
+    algo.load_optimizer_state(ckpt["optimizer"])
+    state = algo.optimizer.state[model.cost_critics.params]
+    saved = ckpt["optimizer"]["state"]
+    plain = len(algo._plain_params)
+    w_first = saved[plain]["exp_avg"]  # cost critic 0's first layer weight, [out, in]
+    torch.testing.assert_close(state["exp_avg"][0, : w_first.numel()], w_first.t().reshape(-1))
+    last_bias = saved[plain + 2 * 2 * len(model.cost_critics.layer_sizes) - 1]["exp_avg_sq"]  # critic 1's head bias
+    assert state["exp_avg_sq"][1, -1] == last_bias[0]
+    assert float(state["step"]) == float(saved[0]["step"]) == 212 * 5 * 4
+    for p, s in zip(algo._plain_params, (algo.optimizer.state[p] for p in algo._plain_params), strict=True):
+        assert s["exp_avg"].shape == p.shape

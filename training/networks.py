@@ -309,10 +309,17 @@ def convert_legacy_cost_critics(state_dict: dict, prefix: str) -> None:
 
     groups = [per_group[g] for g in sorted(per_group)]
     names = sorted({r.rsplit(".", 1)[0] for r in groups[0]}, key=layer_order)
-    rows = [
-        torch.cat([t for n in names for t in (grp[f"{n}.weight"].t().reshape(-1), grp[f"{n}.bias"])]) for grp in groups
-    ]
-    state_dict[f"{prefix}params"] = torch.stack(rows)
+    state_dict[f"{prefix}params"] = legacy_rows(
+        [[t for n in names for t in (grp[f"{n}.weight"], grp[f"{n}.bias"])] for grp in groups]
+    )
+
+
+def legacy_rows(per_group: list[list[torch.Tensor]]) -> torch.Tensor:
+    """[G, P] from each group's per-layer tensors in the old modules' order (weight [out, in],
+    bias [out], layer by layer): the parameters, or Adam's moments of them."""
+    return torch.stack(
+        [torch.cat([t.t().reshape(-1) if t.dim() == 2 else t.reshape(-1) for t in tensors]) for tensors in per_group]
+    )
 
 
 class ActorCritic(nn.Module):

@@ -37,7 +37,7 @@ from training.algorithms import losses
 from training.algorithms.graphs import NetworkGraphs
 from training.config import PPOConfig
 from training.distributed import DistContext
-from training.networks import ActorCritic
+from training.networks import ActorCritic, legacy_rows
 from training.storage import Batch, RolloutStorage, minibatch_indices
 
 ADV_EPS = 1e-8
@@ -492,6 +492,33 @@ class ConstrainedPPO:
         )
         raise NonFiniteLossError(f"non-finite gradient norm of the {group} at {where}; the step was not applied")
 
+    def _upgrade_optimizer_state(self, state: dict[str, Any]) -> dict[str, Any]:
+        """Optimizer states written with one module per cost critic hold per-layer moments for
+        each critic after the actor's and the critic's; they become the moments of the stacked
+        parameter tensor (same layout as :func:`training.networks.convert_legacy_cost_critics`)."""
+        ids = state["param_groups"][0]["params"]
+        plain, G = len(self._plain_params), self.num_cost_groups
+        if len(state["param_groups"]) != 1 or len(ids) == len(self.parameters) or not G:
+            return state
+        per_group, extra = divmod(len(ids) - plain, G)
+        if extra or per_group != 2 * len(self.model.cost_critics.layer_sizes):
+            raise ValueError(
+                f"optimizer state holds {len(ids)} parameters; this model has {len(self.parameters)} "
+                f"(and is not the per-critic layout of {plain} + {G} x {2 * len(self.model.cost_critics.layer_sizes)})"
+            )
+        old_state = state["state"]
+        legacy = [ids[plain + g * per_group : plain + (g + 1) * per_group] for g in range(G)]
+        new_state = {i: old_state[pid] for i, pid in enumerate(ids[:plain]) if pid in old_state}
+        if all(pid in old_state for group in legacy for pid in group):
+            first = old_state[legacy[0][0]]
+            moments = {
+                key: legacy_rows([[old_state[pid][key] for pid in group] for group in legacy])
+                for key in ("exp_avg", "exp_avg_sq")
+            }
+            new_state[plain] = {"step": first["step"], **moments}
+        groups = [{**state["param_groups"][0], "params": list(range(plain + 1))}]
+        return {"state": new_state, "param_groups": groups}
+
     @property
     def learning_rate(self) -> float:
         return float(self._lr)
@@ -500,8 +527,10 @@ class ConstrainedPPO:
         self._lr.fill_(float(lr))
 
     def load_optimizer_state(self, state: dict[str, Any]) -> None:
-        """Load an Adam state_dict (also one saved by a plain, unfused Adam) and keep this
-        algorithm's fused, device-side learning rate."""
+        """Load an Adam state_dict (also one saved by a plain, unfused Adam, or before the cost
+        critics were one stacked network) and keep this algorithm's fused, device-side
+        learning rate."""
+        state = self._upgrade_optimizer_state(state)
         self.optimizer.load_state_dict(state)
         for group in self.optimizer.param_groups:
             group.update(lr=self._lr, fused=True, foreach=None, capturable=False, differentiable=False)
