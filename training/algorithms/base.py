@@ -1,13 +1,15 @@
 """PPO machinery shared by all seven algorithms.
 
 One update = ``num_epochs`` passes over the rollout in ``num_minibatches`` minibatches. Per
-minibatch: one actor pass, one pass of the reward critic and all cost critics together
-(:class:`~training.algorithms.critics.CriticEvaluator`), the algorithm's policy loss, clipped
-value losses for the reward and every cost critic, the decaying entropy bonus, ONE backward
-pass, a gradient all-reduce across ranks, gradient-norm clipping per network (actor, reward
-critic, each cost critic: large cost targets must not shrink the policy's step) and one Adam
-step. The learning
-rate follows the KL between the rollout policy and the current one (rsl_rl's adaptive rule).
+minibatch: one gather of every per-sample field, one actor pass, one pass of the reward critic
+and all cost critics together (returning [B, 1 + G] values; on a GPU both passes are CUDA
+graphs, :mod:`training.algorithms.graphs`), the algorithm's policy loss, one clipped value loss
+over the reward and every cost critic, the decaying entropy bonus, ONE backward pass, a
+gradient all-reduce across ranks, gradient-norm clipping per network (actor, reward critic,
+each cost critic: large cost targets must not shrink the policy's step) and one fused Adam
+step. The learning rate follows the KL between the rollout policy and the current one (rsl_rl's
+adaptive rule), computed on the device: the minibatch loop never waits for the device, and a
+non-finite loss or gradient cancels its step there (the update raises at its end).
 
 Subclasses change only :meth:`ConstrainedPPO.policy_loss` and, where the paper says so, the
 per-iteration bookkeeping in :meth:`ConstrainedPPO.begin_update` (penalty weights, multipliers).
@@ -208,9 +210,8 @@ class ConstrainedPPO:
             raise ValueError(f"group_names: expected {G} names, got {self.group_names}")
         self.parameters = [p for p in model.parameters() if p.requires_grad]
         # Gradient norms are clipped per network: a cost critic whose targets are large (costs can
-        # be orders of magnitude above the rewards) must not shrink the policy's step.
-        # The cost critics' parameters are stacked over the groups ([G, ...]): group g's share of
-        # each is its slice g.
+        # be orders of magnitude above the rewards) must not shrink the policy's step. The cost
+        # critics' parameters are stacked over the groups ([G, ...]): group g's share is row g.
         self.clip_groups = ["actor", "critic", *(f"cost_critic/{name}" for name in self.group_names)]
         self._plain_params = [*model.actor.parameters(), *model.critic.parameters()]
         self._stacked_params = list(model.cost_critics.parameters())
@@ -229,7 +230,7 @@ class ConstrainedPPO:
         self._lr = torch.tensor(float(cfg.learning_rate), dtype=torch.float32, device=self.device)
         self._skip_step = torch.zeros((), dtype=torch.float32, device=self.device)
         self.optimizer = torch.optim.Adam(self.parameters, lr=self._lr, fused=True)
-        self.optimizer.found_inf = self._skip_step
+        self.optimizer.found_inf = self._skip_step  # what fused Adam reads to skip (GradScaler's protocol)
         self.networks = NetworkGraphs(model, enabled=cfg.cuda_graphs)
         self._value_loss_coefs = torch.tensor(
             [cfg.value_loss_coef] + [cfg.cost_value_loss_coef] * G, dtype=torch.float32, device=self.device
