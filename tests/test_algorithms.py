@@ -369,6 +369,25 @@ def test_stacked_cost_critics_equal_one_network_per_group(scan: bool):
     torch.testing.assert_close(grad, model.cost_critics.params.grad, rtol=1e-5, atol=1e-6)
 
 
+def _shipped_np3o():
+    """(checkpoint, its config, an unloaded model of its shape) of the shipped N-P3O policy."""
+    from pathlib import Path
+
+    from training.checkpoint import load_checkpoint
+    from training.config import TrainConfig
+
+    ckpt = load_checkpoint(Path(__file__).resolve().parents[1] / "policies" / "aow_flat_np3o" / "model_212.pt")
+    cfg = TrainConfig.from_dict(ckpt["config"])
+    model = ActorCritic(
+        ObservationLayout.from_list(ckpt["obs_layout"]["policy"]),
+        ObservationLayout.from_list(ckpt["obs_layout"]["critic"], known_only=False),
+        ckpt["num_actions"],
+        len(ckpt["cost_groups"]),
+        cfg.network,
+    )
+    return ckpt, cfg, model
+
+
 def test_checkpoints_with_one_module_per_cost_critic_still_load():
     """The stacked layout replaced per-critic modules (keys cost_critics.<g>.trunk...); their
     state dicts load into it, and so does the shipped reference checkpoint."""
@@ -389,21 +408,8 @@ def test_checkpoints_with_one_module_per_cost_critic_still_load():
     x = torch.randn(16, layout.dim)
     torch.testing.assert_close(fresh.cost_values(x), model.cost_values(x))
 
-    from pathlib import Path
-
-    from training.checkpoint import load_checkpoint
-    from training.config import TrainConfig
-
-    ckpt = load_checkpoint(Path(__file__).resolve().parents[1] / "policies" / "aow_flat_np3o" / "model_212.pt")
+    ckpt, _, shipped = _shipped_np3o()
     assert any(k.startswith("cost_critics.0.") for k in ckpt["model"])  # written before the change
-    cfg = TrainConfig.from_dict(ckpt["config"])
-    shipped = ActorCritic(
-        ObservationLayout.from_list(ckpt["obs_layout"]["policy"]),
-        ObservationLayout.from_list(ckpt["obs_layout"]["critic"], known_only=False),
-        ckpt["num_actions"],
-        len(ckpt["cost_groups"]),
-        cfg.network,
-    )
     shipped.load_state_dict(ckpt["model"], strict=True)
     assert len(shipped.cost_critics) == len(ckpt["cost_groups"]) == 2
 
@@ -606,20 +612,7 @@ def test_weight_gradient_pieces_divide_the_batch():
 def test_the_shipped_checkpoint_resumes_with_its_optimizer_state():
     """model_212.pt was written with one module per cost critic: its Adam moments become those
     of the stacked parameters, element for element."""
-    from pathlib import Path
-
-    from training.checkpoint import load_checkpoint
-    from training.config import TrainConfig
-
-    ckpt = load_checkpoint(Path(__file__).resolve().parents[1] / "policies" / "aow_flat_np3o" / "model_212.pt")
-    cfg = TrainConfig.from_dict(ckpt["config"])
-    model = ActorCritic(
-        ObservationLayout.from_list(ckpt["obs_layout"]["policy"]),
-        ObservationLayout.from_list(ckpt["obs_layout"]["critic"], known_only=False),
-        ckpt["num_actions"],
-        len(ckpt["cost_groups"]),
-        cfg.network,
-    )
+    ckpt, cfg, model = _shipped_np3o()
     model.load_state_dict(ckpt["model"])
     algo = make_algorithm("np3o", model, cfg.ppo, cfg.algo_params, cost_limits=torch.zeros(2))
     algo.load_optimizer_state(ckpt["optimizer"])

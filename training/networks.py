@@ -49,21 +49,29 @@ def mlp(sizes: Sequence[int], activate_last: bool = True) -> nn.Sequential:
     return nn.Sequential(*layers)
 
 
+def scan_split(layout: ObservationLayout) -> tuple[torch.Tensor, torch.Tensor] | None:
+    """(height-scan indices, proprioception indices) of an observation; None without a scan."""
+    if not layout.has("height_scan"):
+        return None
+    scan = layout.term("height_scan")
+    scan_idx = torch.arange(scan.offset, scan.offset + scan.size)
+    keep = torch.ones(layout.dim, dtype=torch.bool)
+    keep[scan_idx] = False
+    return scan_idx, torch.nonzero(keep).squeeze(-1)
+
+
 class ScanTrunk(nn.Module):
     """Splits the observation into proprioception and height scan, encodes the scan, concatenates."""
 
     def __init__(self, layout: ObservationLayout, encoder: Sequence[int], hidden: Sequence[int]):
         super().__init__()
         self.obs_dim = layout.dim
-        if layout.has("height_scan"):
-            scan = layout.term("height_scan")
-            scan_idx = torch.arange(scan.offset, scan.offset + scan.size)
-            keep = torch.ones(layout.dim, dtype=torch.bool)
-            keep[scan_idx] = False
-            self.register_buffer("scan_idx", scan_idx, persistent=False)
-            self.register_buffer("proprio_idx", torch.nonzero(keep).squeeze(-1), persistent=False)
-            self.encoder: nn.Module | None = mlp([scan.size, *encoder])
-            in_dim = int(keep.sum()) + encoder[-1]
+        split = scan_split(layout)
+        if split is not None:
+            self.register_buffer("scan_idx", split[0], persistent=False)
+            self.register_buffer("proprio_idx", split[1], persistent=False)
+            self.encoder: nn.Module | None = mlp([len(split[0]), *encoder])
+            in_dim = len(split[1]) + encoder[-1]
         else:
             self.encoder = None
             in_dim = layout.dim
@@ -213,15 +221,12 @@ class CostCritics(nn.Module):
     def __init__(self, layout: ObservationLayout, cfg: NetworkConfig, num_groups: int):
         super().__init__()
         self.num_groups = num_groups
-        if layout.has("height_scan"):
-            scan = layout.term("height_scan")
-            scan_idx = torch.arange(scan.offset, scan.offset + scan.size)
-            keep = torch.ones(layout.dim, dtype=torch.bool)
-            keep[scan_idx] = False
-            self.register_buffer("scan_idx", scan_idx, persistent=False)
-            self.register_buffer("proprio_idx", torch.nonzero(keep).squeeze(-1), persistent=False)
-            encoder = [scan.size, *cfg.scan_encoder]
-            body = [int(keep.sum()) + cfg.scan_encoder[-1], *cfg.cost_critic_hidden]
+        split = scan_split(layout)
+        if split is not None:
+            self.register_buffer("scan_idx", split[0], persistent=False)
+            self.register_buffer("proprio_idx", split[1], persistent=False)
+            encoder = [len(split[0]), *cfg.scan_encoder]
+            body = [len(split[1]) + cfg.scan_encoder[-1], *cfg.cost_critic_hidden]
         else:
             self.scan_idx = self.proprio_idx = None
             encoder = []
