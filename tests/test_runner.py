@@ -328,3 +328,45 @@ def test_time_budget_stops_after_an_iteration_and_checkpoints_it(tmp_path):
     resumed = Runner(tiny_config("np3o", 2), tmp_path, resume=True, progress=False, tensorboard=False)
     resumed.learn()
     assert resumed.iteration == 2 and not resumed.stopped_by_budget
+
+
+# ---- fine-tuning from another run's checkpoint --------------------------------------------------
+
+
+def test_init_from_starts_a_new_run_from_a_checkpoints_networks(tmp_path):
+    source = Runner(tiny_config("np3o", 2), tmp_path / "src", progress=False, tensorboard=False)
+    source.learn()
+    trained = load_checkpoint(tmp_path / "src" / "model_2.pt")["model"]
+    cfg = tiny_config("np3o", 2, init_from=str(tmp_path / "src" / "model_2.pt"))
+    cfg.algo_params.kappa_init = cfg.algo_params.kappa_max = 1.0  # e.g. stronger constraints
+    tuned = Runner(cfg, tmp_path / "tuned", progress=False, tensorboard=False)
+    assert tuned.iteration == 0 and not tuned.algo.optimizer.state  # a new run, a fresh optimizer
+    for key, value in tuned.model.state_dict().items():
+        assert torch.equal(value, trained[key]), key  # networks, cost critics and normalizers
+    tuned.learn()
+    assert load_config_yaml(tmp_path / "tuned" / "config.yaml").init_from == str(tmp_path / "src" / "model_2.pt")
+
+
+def test_init_from_a_ppo_checkpoint_keeps_fresh_cost_critics(tmp_path):
+    Runner(tiny_config("ppo", 1), tmp_path / "ppo", progress=False, tensorboard=False).learn()
+    ppo = load_checkpoint(tmp_path / "ppo" / "model_1.pt")["model"]
+    assert not any(k.startswith("cost_critics.") for k in ppo)
+    torch.manual_seed(0)
+    tuned = Runner(
+        tiny_config("np3o", 1, init_from=str(tmp_path / "ppo" / "model_1.pt")), None, progress=False, tensorboard=False
+    )
+    state = tuned.model.state_dict()
+    for key, value in ppo.items():
+        assert torch.equal(state[key], value), key
+    assert tuned.model.cost_critics.params.abs().sum() > 0  # initialized, not zeros
+
+
+def test_init_from_a_checkpoint_of_another_task_is_refused(tmp_path):
+    Runner(tiny_config("np3o", 1), tmp_path / "src", progress=False, tensorboard=False).learn()
+    ckpt = load_checkpoint(tmp_path / "src" / "model_1.pt")
+    ckpt["model"]["actor.mean_head.weight"] = torch.zeros(3, 7)  # another action count
+    torch.save(ckpt, tmp_path / "foreign.pt")
+    with pytest.raises(CheckpointError, match=r"init_from .*foreign\.pt: its networks do not fit this task"):
+        Runner(tiny_config("np3o", 1, init_from=str(tmp_path / "foreign.pt")), None, progress=False, tensorboard=False)
+    with pytest.raises(ConfigError, match="init_from"):
+        tiny_config("np3o", 1, init_from="").validate()

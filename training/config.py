@@ -244,6 +244,9 @@ class TrainConfig:
     network: NetworkConfig = field(default_factory=NetworkConfig)
     ppo: PPOConfig = field(default_factory=PPOConfig)
     algo_params: AlgoParams | None = None  # None: the defaults of `algo`
+    # Start the networks (and observation normalizers) from this checkpoint's weights: a new run
+    # (iteration 0, fresh optimizer) that fine-tunes, e.g. with other penalty weights.
+    init_from: str | None = None
 
     def __post_init__(self) -> None:
         if self.algo_params is None and self.algo in ALGO_PARAMS:
@@ -268,6 +271,11 @@ class TrainConfig:
         for group, limit in self.cost_limits.items():
             _check(_nonneg(limit), f"cost_limits.{group}", f"must be >= 0, got {limit!r}")
         _check(isinstance(self.env_overrides, dict), "env_overrides", "must be a mapping")
+        _check(
+            self.init_from is None or (isinstance(self.init_from, str) and bool(self.init_from)),
+            "init_from",
+            f"must be a checkpoint path or null, got {self.init_from!r}",
+        )
         batch = self.num_envs * self.num_steps_per_env
         _check(
             batch >= self.ppo.num_minibatches,

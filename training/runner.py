@@ -41,7 +41,7 @@ from training.algorithms import ALGORITHMS, NonFiniteLossError, make_algorithm
 from training.checkpoint import CheckpointError, latest_checkpoint, load_checkpoint, save_checkpoint
 from training.config import ConfigError, TrainConfig, save_config_yaml
 from training.distributed import DistContext, local_device, split_envs
-from training.networks import ActorCritic, ObsNormalizer
+from training.networks import ActorCritic, ObsNormalizer, convert_legacy_cost_critics
 from training.storage import RolloutStorage
 from training.toy_cmdp import TOY_TASKS, make_toy_env
 
@@ -201,6 +201,8 @@ class Runner:
         self.model = ActorCritic(
             env.obs_spec["policy"], env.obs_spec["critic"], env.num_actions, model_groups, cfg.network
         ).to(self.device)
+        if cfg.init_from and not resume:
+            self._init_from(Path(cfg.init_from))
         self.dist.broadcast_module(self.model)
         default_limit = getattr(cfg.algo_params, "cost_limit", 0.0)
         limits = [float(cfg.cost_limits.get(g, default_limit)) for g in self.group_names[:model_groups]]
@@ -236,6 +238,24 @@ class Runner:
             self._resume()
 
     # ---- checkpoints -------------------------------------------------------------------------
+
+    def _init_from(self, path: Path) -> None:
+        """Networks and normalizers from another run's checkpoint (same task layout). Its cost
+        critics are taken where it has them for the same groups; otherwise they start fresh."""
+        ckpt = load_checkpoint(path)
+        state = dict(ckpt["model"])
+        convert_legacy_cost_critics(state, "cost_critics.")
+        own = self.model.state_dict()
+        cost_keys = {k for k in own if k.startswith("cost_critics.")}
+        theirs_cost = {k for k in state if k.startswith("cost_critics.")}
+        same_groups = list(ckpt.get("cost_groups") or {}) == self.group_names
+        if not (cost_keys and theirs_cost == cost_keys and same_groups):
+            state = {k: v for k, v in state.items() if not k.startswith("cost_critics.")}
+            state.update({k: own[k] for k in cost_keys})
+        try:
+            self.model.load_state_dict(state, strict=True)
+        except RuntimeError as e:
+            raise CheckpointError(f"init_from {path}: its networks do not fit this task ({e})") from None
 
     def _rank_state(self) -> dict[str, Any]:
         env_state = self.env.state_dict() if hasattr(self.env, "state_dict") else None

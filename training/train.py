@@ -6,6 +6,8 @@ Examples::
     aow-train --task toy_speed_limit --algo ppo_lag --num-envs 64 --iterations 100 --run-dir runs/toy
     aow-train --resume runs/np3o --iterations 3000          # continue to 3000 iterations in total
     aow-train --task aow_flat --algo ppo --env-override rewards.constraint_rewards=true   # PPO baseline
+    aow-train --task aow_flat --algo np3o --init-from policies/aow_flat_np3o/model_212.pt \
+        --set algo_params.kappa_init=1 --set algo_params.kappa_max=1 --iterations 150  # fine-tune
     aow-train --config my.yaml --set ppo.learning_rate=3e-4 --set algo_params.kappa_max=2
     torchrun --nproc-per-node 2 -m training.train --task toy_speed_limit --algo np3o --num-envs 128 ...
 
@@ -35,6 +37,7 @@ FLAG_FIELDS = {
     "backend": "backend",
     "steps_per_env": "num_steps_per_env",
     "save_interval": "save_interval",
+    "init_from": "init_from",
 }
 
 
@@ -59,6 +62,11 @@ def build_parser() -> argparse.ArgumentParser:
     )
     p.add_argument(
         "--resume", type=Path, metavar="RUN_DIR", help="continue the run in RUN_DIR from its last checkpoint"
+    )
+    p.add_argument(
+        "--init-from",
+        metavar="CHECKPOINT",
+        help="start the networks from this checkpoint's weights (a new run: iteration 0, fresh optimizer)",
     )
     p.add_argument("--config", type=Path, help="YAML config (a TrainConfig; flags and --set override it)")
     p.add_argument(
