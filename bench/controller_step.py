@@ -1,6 +1,6 @@
 """Latency of one control step of the deployment runtime, as the controller node runs it.
 
-    python -m bench.controller_step [--json] [--quick] [--steps N] [--rclpy-like] [--numpy-scan]
+    python -m bench.controller_step [--json] [--quick] [--steps N] [--rclpy-like] [--numpy-scan] [--realtime [PRIO]]
 
 One timed step = converting a JointState (16 joints, shuffled order, with an extra joint), an
 Odometry and the latest GridMap (200 x 200 cells, 0.05 m, non-zero circular start indices) into
@@ -23,6 +23,10 @@ with the load, which is reported (loadavg_1min), together with the thread's CPU 
 (cpu_p50_us, cpu_p99_us) and how often the process was preempted during the timed steps
 (involuntary_context_switches): a wall-clock p99 far above the CPU-time p99 is time spent
 waiting for a core, not work of the step.
+
+``--realtime`` times the steps as the controller node runs with ``realtime_priority`` set: the
+timing thread under SCHED_FIFO (:mod:`aow_policy.realtime`; default priority 50), so other
+processes cannot preempt it. ``realtime`` in the JSON says what was set, or why not.
 """
 
 from __future__ import annotations
@@ -47,6 +51,7 @@ from aow_policy import heightmap
 from aow_policy.controller import ControllerConfig, ControllerCore, ControllerState
 from aow_policy.messages import MessageFactory, grid_map_msg, joint_state_msg, odometry_msg, twist_msg
 from aow_policy.policy import PolicyRunner
+from aow_policy.realtime import enable_realtime, restore_normal_scheduling
 from aow_policy.robot import Robot, load_robot
 from aow_policy.testing import policy_contract_for, write_onnx_policy
 
@@ -193,7 +198,9 @@ def _alternating_blocks(drivers: list[StepDriver], steps: int, block: int = 500)
     return samples
 
 
-def run(steps: int, rclpy_like: bool, progress: bool = True, numpy_scan: bool = False) -> dict[str, Any]:
+def run(
+    steps: int, rclpy_like: bool, progress: bool = True, numpy_scan: bool = False, realtime: int | None = None
+) -> dict[str, Any]:
     robot = load_robot()
     factory = MessageFactory.from_typestore(get_typestore(Stores.ROS2_HUMBLE))
     msgs = build_messages(robot, factory, rclpy_like)
@@ -205,6 +212,10 @@ def run(steps: int, rclpy_like: bool, progress: bool = True, numpy_scan: bool = 
     policy = driver.policy
 
     gc.freeze()  # as the controller node does after start-up
+    scheduling = "normal"
+    if realtime is not None:
+        ok, why = enable_realtime(realtime)
+        scheduling = why if ok else f"normal ({why})"
     samples = np.empty(steps, dtype=np.int64)
     conversions = np.empty(steps, dtype=np.int64)
     cpu = np.empty(steps, dtype=np.int64)
@@ -238,6 +249,8 @@ def run(steps: int, rclpy_like: bool, progress: bool = True, numpy_scan: bool = 
             }
     finally:
         gc.unfreeze()
+        if realtime is not None:
+            restore_normal_scheduling()
 
     # baseline: inference alone on the observation the core built
     obs = driver.core.builder.observation.copy()
@@ -270,6 +283,7 @@ def run(steps: int, rclpy_like: bool, progress: bool = True, numpy_scan: bool = 
         "native_scan": driver.native_scan,
         **(scan_ab or {}),
         "loadavg_1min": os.getloadavg()[0],
+        "scheduling": scheduling,
     }
 
 
@@ -284,11 +298,19 @@ def main(argv: list[str] | None = None) -> int:
     parser.add_argument(
         "--numpy-scan", action="store_true", help="height scan on the NumPy path even where the C module is built"
     )
+    parser.add_argument(
+        "--realtime",
+        type=int,
+        nargs="?",
+        const=50,
+        metavar="PRIO",
+        help="time the steps under SCHED_FIFO (priority PRIO, default 50), as the node with realtime_priority",
+    )
     args = parser.parse_args(argv)
     steps = args.steps or (2_000 if args.quick else 10_000)
     if steps < 100:
         parser.error("--steps must be at least 100 (p99 needs samples)")
-    result = run(steps, args.rclpy_like, progress=not args.json, numpy_scan=args.numpy_scan)
+    result = run(steps, args.rclpy_like, progress=not args.json, numpy_scan=args.numpy_scan, realtime=args.realtime)
     print(
         f"controller step ({result['messages']}, {steps} steps): p50 {result['p50_us']:.1f} us, "
         f"p99 {result['p99_us']:.1f} us, max {result['max_us']:.0f} us (goal p99 <= {GOAL_P99_US:.0f} us: "
@@ -296,7 +318,7 @@ def main(argv: list[str] | None = None) -> int:
         f"ONNX inference alone p50 {result['inference_p50_us']:.1f} "
         f"us, p99 {result['inference_p99_us']:.1f} us; thread CPU time per step p50 {result['cpu_p50_us']:.1f} us, "
         f"p99 {result['cpu_p99_us']:.1f} us; preempted {result['involuntary_context_switches']} times; "
-        f"load {result['loadavg_1min']:.2f}"
+        f"load {result['loadavg_1min']:.2f}; scheduling {result['scheduling']}"
     )
     if args.json:
         print(json.dumps(result))

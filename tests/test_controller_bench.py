@@ -40,3 +40,19 @@ def test_bench_times_the_c_scan_against_the_numpy_scan_in_the_same_run(capsys):
     ab = ("ab_c_scan_p50_us", "ab_c_scan_p99_us", "ab_numpy_scan_p50_us", "ab_numpy_scan_p99_us")
     assert all(result[k] > 0 for k in ab)
     assert result["c_scan_speedup_p50"] == result["ab_numpy_scan_p50_us"] / result["ab_c_scan_p50_us"]
+
+
+def test_bench_realtime_flag_times_under_sched_fifo_or_says_why_not():
+    """In a child process: the timed loop runs under SCHED_FIFO where permitted."""
+    import subprocess
+    import sys
+
+    out = subprocess.run(
+        [sys.executable, "-m", "bench.controller_step", "--steps", "100", "--json", "--realtime", "10"],
+        capture_output=True,
+        text=True,
+        check=True,
+        timeout=120,
+    ).stdout
+    scheduling = json.loads(out.strip().splitlines()[-1])["scheduling"]
+    assert scheduling == "SCHED_FIFO priority 10" or scheduling.startswith("normal (not permitted")

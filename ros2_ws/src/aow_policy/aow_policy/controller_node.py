@@ -38,6 +38,7 @@ from aow_policy.node_support import (
     split_joint_list,
 )
 from aow_policy.policy import PolicyRunner
+from aow_policy.realtime import enable_realtime, parse_cpus
 from aow_policy.robot import load_robot
 
 RATE_TOLERANCE = 1e-6
@@ -50,6 +51,7 @@ class ControllerNode(Node):
         self.params = p
         if not p["policy"]:
             raise ValueError("parameter 'policy' is empty: pass the exported ONNX policy (policy:=/path/policy.onnx)")
+        self.realtime_cpus = parse_cpus(p["realtime_cpus"])  # a bad list is refused before anything starts
         robot = load_robot(p["robot_config"] or None)
         policy = PolicyRunner.load(p["policy"], robot)
         self.core = ControllerCore(robot, policy, ControllerConfig.from_mapping(p))
@@ -158,6 +160,14 @@ class ControllerNode(Node):
         array.header.stamp = self.get_clock().now().to_msg()
         self.diag_pub.publish(array)
 
+    def apply_realtime(self) -> None:
+        """SCHED_FIFO for the calling thread if ``realtime_priority`` > 0; a warning if refused."""
+        priority = self.params["realtime_priority"]
+        if priority <= 0:
+            return
+        ok, why = enable_realtime(priority, self.realtime_cpus)
+        (self.get_logger().info if ok else self.get_logger().warning)(f"control loop scheduling: {why}")
+
     def shutdown(self) -> None:
         """Leave the robot damped: one DAMPING command before the node goes away."""
         now = self.now()
@@ -173,6 +183,7 @@ def main(args: list[str] | None = None) -> None:
     try:
         node = ControllerNode()
         gc.freeze()  # start-up objects leave the collected generations: shorter GC pauses in the loop
+        node.apply_realtime()  # the executor (and so the control timer) runs in this thread
         rclpy.spin(node)
     except (KeyboardInterrupt, ExternalShutdownException):
         pass

@@ -128,6 +128,14 @@ CONTROLLER_PARAMS: tuple[ParamSpec, ...] = (
         "Comma-separated joint order of the wheel controller; empty: the contract's wheel joints in contract order",
     ),
     ParamSpec("diagnostics_period", 1.0, "Seconds between /diagnostics messages", 0.05, 60.0),
+    ParamSpec(
+        "realtime_priority",
+        0,
+        "SCHED_FIFO priority of the control loop's thread; 0: normal scheduling (also, with a warning, if refused)",
+        0,
+        99,
+    ),
+    ParamSpec("realtime_cpus", "", "CPUs to pin the control loop to, e.g. '2' or '2-3'; empty: no pinning"),
     *_core_specs(),
 )
 
