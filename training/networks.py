@@ -303,8 +303,7 @@ def convert_legacy_cost_critics(state_dict: dict, prefix: str) -> None:
     per_group: dict[int, dict[str, torch.Tensor]] = {}
     for key in legacy:
         g, rest = key[len(prefix) :].split(".", 1)
-        per_group[int(g)] = per_group.get(int(g), {})
-        per_group[int(g)][rest] = state_dict.pop(key)
+        per_group.setdefault(int(g), {})[rest] = state_dict.pop(key)
 
     def layer_order(name: str) -> tuple[int, int]:
         part = name.split(".")
@@ -349,8 +348,10 @@ class ActorCritic(nn.Module):
         return critic_values(self.critic, self.cost_critics, critic_obs)
 
     def cost_values(self, critic_obs: torch.Tensor) -> torch.Tensor:
-        """[batch, groups] cost values."""
-        return self.critic_values(critic_obs)[1]
+        """[batch, groups] cost values (on the reward critic's normalization)."""
+        if not len(self.cost_critics):
+            return critic_obs.new_zeros(critic_obs.shape[0], 0)
+        return self.cost_critics(self.critic.normalizer(critic_obs))
 
 
 def critic_values(
