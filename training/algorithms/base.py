@@ -147,13 +147,9 @@ class MinibatchContext:
         eq. 8); the update passes it computed once per rollout."""
         if self.normalized_violation_offsets is not None:
             return self.normalized_violation_offsets
-        return losses.normalized_violation(
-            torch.zeros_like(self.cost_limits),
-            self.stats.cost_return,
-            self.cost_limits,
-            self.stats.cost_adv_mean,
-            self.stats.cost_adv_std,
-            self.gamma,
+        s = self.stats
+        return losses.normalized_violation_offset(
+            s.cost_return, self.cost_limits, s.cost_adv_mean, s.cost_adv_std, self.gamma
         )
 
 
@@ -328,13 +324,8 @@ class ConstrainedPPO:
             stats=stats,
             packed=torch.cat(list(fields.values()), dim=-1),
             columns=columns,
-            normalized_violation_offsets=losses.normalized_violation(
-                torch.zeros_like(self.cost_limits),
-                stats.cost_return[:G],
-                self.cost_limits,
-                stats.cost_adv_mean[:G],
-                stats.cost_adv_std[:G],
-                self.cfg.gamma,
+            normalized_violation_offsets=losses.normalized_violation_offset(
+                stats.cost_return[:G], self.cost_limits, stats.cost_adv_mean[:G], stats.cost_adv_std[:G], self.cfg.gamma
             ),
             iteration=iteration,
             entropy_coef=self.entropy_coef(iteration),

@@ -31,20 +31,6 @@ def gaussian_kl(p_mean: torch.Tensor, p_std: torch.Tensor, q_mean: torch.Tensor,
     ).sum(-1)
 
 
-def clipped_surrogate(ratio: torch.Tensor, advantages: torch.Tensor, clip: float) -> torch.Tensor:
-    """L^CLIP = mean(min(r A, clip(r) A)) (PPO's pessimistic reward objective); scalar."""
-    clipped = ratio.clamp(1.0 - clip, 1.0 + clip)
-    return torch.minimum(ratio * advantages, clipped * advantages).mean()
-
-
-def clipped_cost_surrogate(ratio: torch.Tensor, cost_advantages: torch.Tensor, clip: float) -> torch.Tensor:
-    """L_C^CLIP = mean(max(r A_C, clip(r) A_C)) per cost group (pessimistic: an upper bound on
-    the cost change); ``cost_advantages`` [B, G] -> [G]."""
-    r = ratio.unsqueeze(-1)
-    clipped = r.clamp(1.0 - clip, 1.0 + clip)
-    return torch.maximum(r * cost_advantages, clipped * cost_advantages).mean(0)
-
-
 def clipped_objectives(ratio: torch.Tensor, signed_advantages: torch.Tensor, clip: float) -> torch.Tensor:
     """mean(min(r A, clip(r) A)) per column of ``signed_advantages`` [B, K] -> [K].
 
@@ -66,6 +52,17 @@ def value_losses(
     return errors.mean(0)
 
 
+def clipped_surrogate(ratio: torch.Tensor, advantages: torch.Tensor, clip: float) -> torch.Tensor:
+    """L^CLIP = mean(min(r A, clip(r) A)) (PPO's pessimistic reward objective); scalar."""
+    return clipped_objectives(ratio, advantages.unsqueeze(-1), clip)[0]
+
+
+def clipped_cost_surrogate(ratio: torch.Tensor, cost_advantages: torch.Tensor, clip: float) -> torch.Tensor:
+    """L_C^CLIP = mean(max(r A_C, clip(r) A_C)) per cost group (pessimistic: an upper bound on
+    the cost change); ``cost_advantages`` [B, G] -> [G]."""
+    return -clipped_objectives(ratio, -cost_advantages, clip)
+
+
 def value_loss(
     values: torch.Tensor, old_values: torch.Tensor, returns: torch.Tensor, clip: float, use_clipped: bool
 ) -> torch.Tensor:
@@ -73,11 +70,16 @@ def value_loss(
 
     Works on ``[B]`` and ``[B, G]``; for ``[B, G]`` the groups' losses are summed (each critic
     gets its own mean squared error)."""
-    errors = (values - returns).square()
-    if use_clipped:
-        clipped = old_values + (values - old_values).clamp(-clip, clip)
-        errors = torch.maximum(errors, (clipped - returns).square())
-    return errors.mean(0).sum() if errors.dim() > 1 else errors.mean()
+    if values.dim() == 1:
+        return value_losses(values[:, None], old_values[:, None], returns[:, None], clip, use_clipped)[0]
+    return value_losses(values, old_values, returns, clip, use_clipped).sum()
+
+
+def normalized_violation_offset(
+    cost_return: torch.Tensor, cost_limit: torch.Tensor, adv_mean: torch.Tensor, adv_std: torch.Tensor, gamma: float
+) -> torch.Tensor:
+    """The constant part of L_C^VIOL,N: ((1 - gamma)(J_C - eps) + mu) / sigma, [G]."""
+    return ((1.0 - gamma) * (cost_return - cost_limit) + adv_mean) / adv_std
 
 
 def normalized_violation(
@@ -89,7 +91,7 @@ def normalized_violation(
     gamma: float,
 ) -> torch.Tensor:
     """L_C^VIOL,N = L_C^CLIP,N + ((1 - gamma)(J_C - eps) + mu) / sigma  (the paper's eq. 8), [G]."""
-    return cost_surrogate_n + ((1.0 - gamma) * (cost_return - cost_limit) + adv_mean) / adv_std
+    return cost_surrogate_n + normalized_violation_offset(cost_return, cost_limit, adv_mean, adv_std, gamma)
 
 
 def violation(cost_surrogate: torch.Tensor, cost_return: torch.Tensor, cost_limit: torch.Tensor, gamma: float):
