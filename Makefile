@@ -48,4 +48,4 @@ test-slow: install
 
 clean:
 	rm -rf $(VENV) $(COLCON_VENV) build ros2_ws/build ros2_ws/install ros2_ws/log
-	rm -f ros2_ws/src/aow_policy/aow_policy/_scan*.so
+	rm -f ros2_ws/src/aow_policy/aow_policy/_scan*.so ros2_ws/src/aow_policy/aow_policy/_control*.so

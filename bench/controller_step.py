@@ -1,22 +1,23 @@
 """Latency of one control step of the deployment runtime, as the controller node runs it.
 
-    python -m bench.controller_step [--json] [--quick] [--steps N] [--rclpy-like] [--numpy-scan] [--realtime [PRIO]]
+    python -m bench.controller_step [--json] [--quick] [--steps N] [--rclpy-like] [--numpy] [--realtime [PRIO]]
 
 One timed step = converting a JointState (16 joints, shuffled order, with an extra joint), an
 Odometry and the latest GridMap (200 x 200 cells, 0.05 m, non-zero circular start indices) into
 the controller core (``on_joint_state``, ``on_odometry``, ``on_grid_map``) plus ``core.step(now)``
-in POLICY: watchdogs, the 187-point bilinear height scan (the C fast path of
-:mod:`aow_policy._scan` where it is built, as on the robot; ``--numpy-scan`` for the NumPy one),
-the observation and ONNX inference (an ELU MLP 243 -> 256 -> 128 -> 64 -> 16 with the policy
-contract in its metadata, run by
-:class:`aow_policy.policy.PolicyRunner`). Messages are rosbags' classes (numpy sequences) or, with
+in POLICY: watchdogs, the 187-point bilinear height scan, the observation and ONNX inference
+(an ELU MLP 243 -> 256 -> 128 -> 64 -> 16 with the policy contract in its metadata, run by
+:class:`aow_policy.policy.PolicyRunner`). Where the runtime's C modules are built (as on the robot),
+the scan runs in :mod:`aow_policy._scan` and the measurement checks, odometry, observation and
+action mapping in :mod:`aow_policy._control`; ``--numpy`` times the NumPy path of both instead.
+Messages are rosbags' classes (numpy sequences) or, with
 ``--rclpy-like``, objects whose sequences are ``array.array`` as rclpy delivers them. The robot
 pose changes every step, so nothing is cached across steps.
 
-Baselines in the same run: ONNX inference alone on the same observations; and, where the C scan
-is built, the step with the C scan against the step with the NumPy scan (two cores timed in
-alternating blocks of 500 steps: ab_c_scan_p50_us/_p99_us, ab_numpy_scan_p50_us/_p99_us,
-c_scan_speedup_p50).
+Baselines in the same run: ONNX inference alone on the same observations; and, where the C
+modules are built, the step with them against the step on the NumPy path (two cores timed in
+alternating blocks of 500 steps: ab_native_p50_us/_p99_us, ab_numpy_p50_us/_p99_us,
+native_speedup_p50).
 The last stdout line with --json is one object with p50_us and p99_us of the step (goal: p99 <=
 200 us) and the baseline's inference_p50_us / inference_p99_us. The CPU is shared: timings vary
 with the load, which is reported (loadavg_1min), together with the thread's CPU time per step
@@ -132,14 +133,14 @@ def percentiles(samples_ns: np.ndarray) -> dict[str, float]:
 class StepDriver:
     """A controller core in POLICY fed from the message pool, one timed-step function."""
 
-    def __init__(self, robot: Robot, policy_path: Path, msgs: dict[str, list], numpy_scan: bool):
+    def __init__(self, robot: Robot, policy_path: Path, msgs: dict[str, list], numpy_only: bool):
         self.policy = PolicyRunner.load(policy_path, robot)
         native_default = heightmap.NATIVE_AVAILABLE
-        heightmap.NATIVE_AVAILABLE = native_default and not numpy_scan  # the scanner reads it when built
+        heightmap.NATIVE_AVAILABLE = native_default and not numpy_only  # the scanner reads it when built
         try:
             # the map's stamp does not advance in this loop: its age is checked against arrival only
             config = ControllerConfig(stand_up_duration=0.0, height_map_stamp_max_age=0.0)
-            self.core = ControllerCore(robot, self.policy, config)
+            self.core = ControllerCore(robot, self.policy, config, native=False if numpy_only else None)
         finally:
             heightmap.NATIVE_AVAILABLE = native_default
         self.msgs, self.dt, self.t = msgs, robot.rates.policy_dt, 0.0
@@ -159,6 +160,11 @@ class StepDriver:
     @property
     def native_scan(self) -> bool:
         return self.core.scanner is not None and self.core.scanner.native
+
+    @property
+    def native(self) -> bool:
+        """Some C fast path in use (scan or controller kernels)."""
+        return self.native_scan or self.core.native
 
     def advance(self, i: int) -> None:
         """Moves the clock one period on; every 20th period a velocity command (not timed)."""
@@ -199,16 +205,16 @@ def _alternating_blocks(drivers: list[StepDriver], steps: int, block: int = 500)
 
 
 def run(
-    steps: int, rclpy_like: bool, progress: bool = True, numpy_scan: bool = False, realtime: int | None = None
+    steps: int, rclpy_like: bool, progress: bool = True, numpy_only: bool = False, realtime: int | None = None
 ) -> dict[str, Any]:
     robot = load_robot()
     factory = MessageFactory.from_typestore(get_typestore(Stores.ROS2_HUMBLE))
     msgs = build_messages(robot, factory, rclpy_like)
     with tempfile.TemporaryDirectory() as tmp:
         path = write_onnx_policy(Path(tmp) / "policy.onnx", policy_contract_for(robot))
-        driver = StepDriver(robot, path, msgs, numpy_scan)
-        # same-run baseline of the C scan: a second core on the NumPy path
-        numpy_driver = StepDriver(robot, path, msgs, numpy_scan=True) if driver.native_scan else None
+        driver = StepDriver(robot, path, msgs, numpy_only)
+        # same-run baseline of the C fast paths: a second core on the NumPy path
+        numpy_driver = StepDriver(robot, path, msgs, numpy_only=True) if driver.native else None
     policy = driver.policy
 
     gc.freeze()  # as the controller node does after start-up
@@ -236,16 +242,16 @@ def run(
                 print(f"  {i + 1}/{steps} steps", flush=True)
         preemptions = _involuntary_switches() - switches_before
         driver.check()
-        scan_ab = None
+        native_ab = None
         if numpy_driver is not None:
             ab = _alternating_blocks([driver, numpy_driver], steps)
             c_path, numpy_path = percentiles(ab[0]), percentiles(ab[1])
-            scan_ab = {
-                "ab_c_scan_p50_us": c_path["p50_us"],
-                "ab_c_scan_p99_us": c_path["p99_us"],
-                "ab_numpy_scan_p50_us": numpy_path["p50_us"],
-                "ab_numpy_scan_p99_us": numpy_path["p99_us"],
-                "c_scan_speedup_p50": numpy_path["p50_us"] / c_path["p50_us"],
+            native_ab = {
+                "ab_native_p50_us": c_path["p50_us"],
+                "ab_native_p99_us": c_path["p99_us"],
+                "ab_numpy_p50_us": numpy_path["p50_us"],
+                "ab_numpy_p99_us": numpy_path["p99_us"],
+                "native_speedup_p50": numpy_path["p50_us"] / c_path["p50_us"],
             }
     finally:
         gc.unfreeze()
@@ -281,7 +287,8 @@ def run(
         "map_cells": f"{MAP_CELLS}x{MAP_CELLS}",
         "scan_points": robot.height_scan.num_points,
         "native_scan": driver.native_scan,
-        **(scan_ab or {}),
+        "native_control": driver.core.native,
+        **(native_ab or {}),
         "loadavg_1min": os.getloadavg()[0],
         "scheduling": scheduling,
     }
@@ -296,7 +303,9 @@ def main(argv: list[str] | None = None) -> int:
     parser.add_argument("--steps", type=int, default=None, help="number of timed steps (default 10,000)")
     parser.add_argument("--rclpy-like", action="store_true", help="messages with array.array sequences, as from rclpy")
     parser.add_argument(
-        "--numpy-scan", action="store_true", help="height scan on the NumPy path even where the C module is built"
+        "--numpy",
+        action="store_true",
+        help="the NumPy path (height scan and controller kernels) even where the C modules are built",
     )
     parser.add_argument(
         "--realtime",
@@ -310,16 +319,23 @@ def main(argv: list[str] | None = None) -> int:
     steps = args.steps or (2_000 if args.quick else 10_000)
     if steps < 100:
         parser.error("--steps must be at least 100 (p99 needs samples)")
-    result = run(steps, args.rclpy_like, progress=not args.json, numpy_scan=args.numpy_scan, realtime=args.realtime)
+    result = run(steps, args.rclpy_like, progress=not args.json, numpy_only=args.numpy, realtime=args.realtime)
     print(
         f"controller step ({result['messages']}, {steps} steps): p50 {result['p50_us']:.1f} us, "
         f"p99 {result['p99_us']:.1f} us, max {result['max_us']:.0f} us (goal p99 <= {GOAL_P99_US:.0f} us: "
-        f"{'met' if result['meets_goal'] else 'NOT met'}; scan in {'C' if result['native_scan'] else 'NumPy'}); "
+        f"{'met' if result['meets_goal'] else 'NOT met'}; {'C' if result['native_control'] else 'NumPy'} kernels, "
+        f"scan in {'C' if result['native_scan'] else 'NumPy'}); "
         f"ONNX inference alone p50 {result['inference_p50_us']:.1f} "
         f"us, p99 {result['inference_p99_us']:.1f} us; thread CPU time per step p50 {result['cpu_p50_us']:.1f} us, "
         f"p99 {result['cpu_p99_us']:.1f} us; preempted {result['involuntary_context_switches']} times; "
         f"load {result['loadavg_1min']:.2f}; scheduling {result['scheduling']}"
     )
+    if "native_speedup_p50" in result:
+        print(
+            f"same run, alternating blocks: C fast paths p50 {result['ab_native_p50_us']:.1f} / p99 "
+            f"{result['ab_native_p99_us']:.1f} us, NumPy path p50 {result['ab_numpy_p50_us']:.1f} / p99 "
+            f"{result['ab_numpy_p99_us']:.1f} us ({result['native_speedup_p50']:.2f}x at p50)"
+        )
     if args.json:
         print(json.dumps(result))
     return 0

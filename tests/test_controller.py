@@ -11,6 +11,8 @@ from hypothesis import HealthCheck, given, settings
 from hypothesis import strategies as st
 from rosbags.typesys import Stores, get_typestore
 
+from aow_policy import controller as controller_module
+from aow_policy import observation as observation_module
 from aow_policy.controller import ConfigError, ControllerConfig, ControllerCore, ControllerState
 from aow_policy.layout import ObservationLayout
 from aow_policy.messages import MessageFactory, grid_map_msg, joint_state_msg, odometry_msg, twist_msg
@@ -30,6 +32,18 @@ CFG = ControllerConfig(stand_up_duration=0.5)
 S, Z = ControllerState, np.zeros(N)
 MAP_HEIGHT = 0.1
 BASE_Z = 0.55
+
+
+@pytest.fixture(autouse=True, params=["native", "numpy"])
+def control_path(request, monkeypatch):
+    """Every test here runs on both paths: the C kernels (aow_policy._control) and NumPy."""
+    if request.param == "native":
+        if controller_module.native_control is None:
+            pytest.skip("the C controller kernels aow_policy._control are not built (no C compiler at install)")
+    else:
+        monkeypatch.setattr(controller_module, "native_control", None)
+        monkeypatch.setattr(observation_module, "native_control", None)
+    return request.param
 
 
 class Rig:

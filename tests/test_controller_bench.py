@@ -4,7 +4,7 @@ from __future__ import annotations
 
 import json
 
-from aow_policy import heightmap
+from aow_policy import heightmap, observation
 from bench import controller_step
 
 
@@ -22,24 +22,28 @@ def test_bench_rclpy_like_messages_convert_alike(capsys):
     assert result["messages"].startswith("rclpy-like")
 
 
-def test_bench_numpy_scan_flag_selects_the_numpy_path(capsys):
-    assert controller_step.main(["--steps", "100", "--json", "--numpy-scan"]) == 0
+def test_bench_numpy_flag_selects_the_numpy_paths(capsys):
+    assert controller_step.main(["--steps", "100", "--json", "--numpy"]) == 0
     result = json.loads(capsys.readouterr().out.strip().splitlines()[-1])
-    assert result["native_scan"] is False
+    assert result["native_scan"] is False and result["native_control"] is False
+    assert "native_speedup_p50" not in result  # nothing native to compare
     assert controller_step.main(["--steps", "100", "--json"]) == 0
     result = json.loads(capsys.readouterr().out.strip().splitlines()[-1])
     assert result["native_scan"] is heightmap.NATIVE_AVAILABLE  # the flag did not leak
+    assert result["native_control"] is (observation.native_control is not None)
 
 
-def test_bench_times_the_c_scan_against_the_numpy_scan_in_the_same_run(capsys):
+def test_bench_times_the_c_paths_against_the_numpy_path_in_the_same_run(capsys):
     assert controller_step.main(["--steps", "1000", "--json"]) == 0
-    result = json.loads(capsys.readouterr().out.strip().splitlines()[-1])
-    if not heightmap.NATIVE_AVAILABLE:
-        assert "c_scan_speedup_p50" not in result
+    lines = capsys.readouterr().out.strip().splitlines()
+    result = json.loads(lines[-1])
+    if not (heightmap.NATIVE_AVAILABLE or observation.native_control is not None):
+        assert "native_speedup_p50" not in result
         return
-    ab = ("ab_c_scan_p50_us", "ab_c_scan_p99_us", "ab_numpy_scan_p50_us", "ab_numpy_scan_p99_us")
+    ab = ("ab_native_p50_us", "ab_native_p99_us", "ab_numpy_p50_us", "ab_numpy_p99_us")
     assert all(result[k] > 0 for k in ab)
-    assert result["c_scan_speedup_p50"] == result["ab_numpy_scan_p50_us"] / result["ab_c_scan_p50_us"]
+    assert result["native_speedup_p50"] == result["ab_numpy_p50_us"] / result["ab_native_p50_us"]
+    assert lines[-2].startswith("same run, alternating blocks: C fast paths")
 
 
 def test_bench_realtime_flag_times_under_sched_fifo_or_says_why_not():

@@ -23,7 +23,9 @@ is not a fault: the policy gets a zero command.
 
 Every command is clipped to the contract's ranges: positions to the joint position limits and
 the policy's action [low, high], velocities to the joint velocity limits and the action range.
-``step()`` allocates no arrays: all buffers are preallocated here.
+``step()`` allocates no arrays: all buffers are preallocated here. Where the C kernels of
+:mod:`aow_policy._control` are built, the measurement check, the observation and the action ->
+target mapping run there, bound to those buffers (the same arithmetic as the NumPy path).
 """
 
 from __future__ import annotations
@@ -48,7 +50,7 @@ from aow_policy.messages import (
     read_odometry,
     twist_to_command,
 )
-from aow_policy.observation import ObservationBuilder, RobotInputs
+from aow_policy.observation import ObservationBuilder, RobotInputs, native_control
 from aow_policy.policy_contract import PolicyContract, check_fits_robot, parse_contract
 from aow_policy.robot import Robot
 
@@ -201,7 +203,13 @@ class ControllerCore:
     sim-to-sim); message header stamps are compared with it only for the map's age.
     """
 
-    def __init__(self, robot: Robot, policy: Policy, config: ControllerConfig | None = None):
+    def __init__(
+        self, robot: Robot, policy: Policy, config: ControllerConfig | None = None, native: bool | None = None
+    ):
+        """``native``: the C kernels (:mod:`aow_policy._control`); None: where they are built."""
+        if native and native_control is None:
+            raise ValueError("native controller kernels requested, but aow_policy._control is not built")
+        self.native = native_control is not None if native is None else bool(native)
         self.robot = robot
         self.policy = policy
         self.config = config if config is not None else ControllerConfig()
@@ -248,7 +256,7 @@ class ControllerCore:
 
         # inputs
         self.inputs = RobotInputs(n, contract.num_actions, robot.height_scan.num_points)
-        self.builder = ObservationBuilder(contract.observation, robot, contract.num_actions)
+        self.builder = ObservationBuilder(contract.observation, robot, contract.num_actions, native=self.native)
         self.scanner: HeightScanner | None = None
         if self.builder.needs_height_scan:
             # the scanner writes straight into the inputs the observation is built from
@@ -309,6 +317,39 @@ class ControllerCore:
         self._command_targets_flat = self._command_targets.reshape(-1)
         self._policy_out = np.zeros(contract.num_actions, dtype=np.float32)
         self._policy_takes_out = "out" in inspect.signature(policy.__call__).parameters
+        self._check_joints = self._map_actions = self._read_odometry = None
+        self._targets_clipped = False
+        if self.native:
+            # scratch layout: position, linear, angular, gravity (= the inputs block), quaternion,
+            # yaw, quaternion norm, linear speed, angular speed (_control.c's ODOM_*)
+            self._odometry_scratch = np.full(20, np.nan)
+            self._read_odometry = native_control.odometry(
+                self._odometry_scratch,
+                self._base_inputs,
+                cfg.twist_frame == "parent",
+                cfg.quaternion_norm_tolerance,
+                cfg.max_base_linear_speed,
+                cfg.max_base_angular_speed,
+            )
+            self._check_joints = native_control.plausible_copy(
+                self._reader_pos_vel, self._meas_center, self._meas_half, self._measured_pos_vel
+            )
+            clip = self._action_clip is not None
+            self._map_actions = native_control.action_targets(
+                self._policy_out,
+                self._action_clip_low if clip else None,
+                self._action_clip_high if clip else None,
+                self._action_scale,
+                self._action_offset,
+                self._action,
+                self.inputs.last_action,
+                self._measured_position,
+                self._target_sources,
+                self._target_gather,
+                self._command_targets_flat,
+                self._targets_low,
+                self._targets_high,
+            )
         self._stand_q0 = np.zeros(n)
         self._stand_tmp = np.zeros(n)
         self._stand_t0 = 0.0
@@ -363,6 +404,11 @@ class ControllerCore:
         if not reader.has_velocity:
             return self._refuse("joint_states", "JointState has no velocities")
         # One test for NaN, inf and implausible values: |x - centre| <= half-width fails for all of them.
+        if self._check_joints is not None:
+            if not self._check_joints():  # copies into the measurement only if all pass
+                return self._refuse("joint_states", self._joint_problem(pos, vel))
+            self._has_measurement = True
+            return self._accept(self._joint_status, now)
         dev = self._deviation
         np.subtract(self._reader_pos_vel, self._meas_center, out=dev)
         np.abs(dev, out=dev)
@@ -387,6 +433,8 @@ class ControllerCore:
 
     def on_odometry(self, msg: Any, now: float) -> bool:
         """nav_msgs/Odometry: base pose, base-frame twist. False if refused."""
+        if self._read_odometry is not None:
+            return self._on_odometry_native(msg, now)
         base = self._base
         try:
             read_odometry(msg, base, self.config.twist_frame)
@@ -402,6 +450,24 @@ class ControllerCore:
         self._base_inputs[...] = self._base_buffer
         self._yaw = base.yaw
         self._odom_frame = base.frame_id
+        return self._accept(self._odometry_status, now)
+
+    def _on_odometry_native(self, msg: Any, now: float) -> bool:
+        """on_odometry's checks in one C call; the messages are on_odometry's."""
+        try:
+            code = self._read_odometry(msg)
+        except (AttributeError, TypeError, ValueError) as e:
+            return self._refuse("odometry", f"malformed Odometry ({e})")
+        if code:
+            scratch = self._odometry_scratch
+            if code == 1:
+                return self._refuse("odometry", "non-finite values in pose or twist")
+            if code == 2:
+                return self._refuse("odometry", f"orientation quaternion has norm {scratch[17]:.3f}")
+            lin, ang = scratch[18], scratch[19]
+            return self._refuse("odometry", f"implausible base velocity ({lin:.2f} m/s, {ang:.2f} rad/s)")
+        self._yaw = self._odometry_scratch.item(16)
+        self._odom_frame = msg.header.frame_id
         return self._accept(self._odometry_status, now)
 
     @property
@@ -476,8 +542,11 @@ class ControllerCore:
             self._passive(damping=False)
 
         cmd, targets = self.command, self._command_targets
-        np.maximum(targets, self._targets_low, out=targets)
-        np.minimum(targets, self._targets_high, out=targets)
+        if self._targets_clipped:
+            self._targets_clipped = False
+        else:
+            np.maximum(targets, self._targets_low, out=targets)
+            np.minimum(targets, self._targets_high, out=targets)
         cmd.state = self.state
         cmd.stamp = now
         cmd.has_measurement = self._has_measurement
@@ -566,6 +635,14 @@ class ControllerCore:
                 actions = self.policy(obs)
         except Exception as e:  # any failure of inference must end in DAMPING, never in a crash
             return f"policy: {type(e).__name__}: {e}"
+        if actions is self._policy_out and self._map_actions is not None:
+            # the NumPy path below in one C call: finite check, clip, last action, targets
+            if not self._map_actions():
+                return "policy: non-finite action"
+            self._targets_clipped = True  # the kernel clipped them to step()'s ranges
+            self._set_gains()
+            self.policy_steps += 1
+            return None
         a = self._action
         try:
             np.copyto(a, actions)

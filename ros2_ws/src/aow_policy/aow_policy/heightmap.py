@@ -117,6 +117,7 @@ class HeightScanner:
         self._lo = np.empty((2, n), dtype=np.intp)  # floor of k: rows ix0, iy0
         self._geometry: tuple[int, ...] | None = None
         self._table_layer: GridMapLayer | None = None
+        self._numpy_layer: GridMapLayer | None = None
         self._row_pairs_all = self._col_pairs_all = np.empty((2, 0), dtype=np.intp)
         self._row_pairs = self._col_pairs = np.empty((2, 0), dtype=np.intp)
         self._row_table = self._col_table = np.empty(0, dtype=np.intp)
@@ -135,25 +136,10 @@ class HeightScanner:
             self._frac[0], self._frac[1], self.heights,
         )  # fmt: skip
 
-    def _tables(self, layer: GridMapLayer) -> None:
-        """Unwrapped index along each axis -> its part of the flat buffer offset (and the next index's).
-
-        The tables are built once per storage geometry over two turns of the circular buffer, so a
-        map with other start indices (every new map of a robot-centric map) only takes views.
-        """
-        if layer is self._table_layer:
-            return
+    def _bind_layer(self, layer: GridMapLayer) -> None:
+        """Per-map constants of scan()'s affine map, its interior test and the C fast path."""
         self._table_layer = layer
-        geometry = (layer.rows, layer.cols, layer.row_stride, layer.col_stride)
-        if geometry != self._geometry:
-            self._row_pairs_all = _index_pair_table(layer.rows, layer.row_stride)
-            self._col_pairs_all = _index_pair_table(layer.cols, layer.col_stride)
-            self._geometry = geometry
-        rows, cols, outer, inner = layer.rows, layer.cols, layer.outer_start, layer.inner_start
-        self._row_pairs = self._row_pairs_all[:, outer : outer + rows]
-        self._col_pairs = self._col_pairs_all[:, inner : inner + cols]
-        self._row_table, self._col_table = self._row_pairs[0], self._col_pairs[0]
-        # per-map constants of scan()'s affine map and of its interior test
+        self._numpy_layer = None  # the NumPy path's tables are taken when it first runs on this map
         res = layer.resolution
         self._inv_resolution = 1.0 / res
         half = 0.5 * res
@@ -175,6 +161,25 @@ class HeightScanner:
             layer.outer_start, layer.inner_start,
         )  # fmt: skip
 
+    def _numpy_tables(self, layer: GridMapLayer) -> None:
+        """Unwrapped index along each axis -> its part of the flat buffer offset (and the next index's).
+
+        The tables are built once per storage geometry over two turns of the circular buffer, so a
+        map with other start indices (every new map of a robot-centric map) only takes views.
+        """
+        if layer is self._numpy_layer:
+            return
+        self._numpy_layer = layer
+        geometry = (layer.rows, layer.cols, layer.row_stride, layer.col_stride)
+        if geometry != self._geometry:
+            self._row_pairs_all = _index_pair_table(layer.rows, layer.row_stride)
+            self._col_pairs_all = _index_pair_table(layer.cols, layer.col_stride)
+            self._geometry = geometry
+        rows, cols, outer, inner = layer.rows, layer.cols, layer.outer_start, layer.inner_start
+        self._row_pairs = self._row_pairs_all[:, outer : outer + rows]
+        self._col_pairs = self._col_pairs_all[:, inner : inner + cols]
+        self._row_table, self._col_table = self._row_pairs[0], self._col_pairs[0]
+
     def scan(self, layer: GridMapLayer, base_x: float, base_y: float, base_yaw: float) -> np.ndarray:
         """Heights (map frame, metres) at the grid points; returns the internal buffer.
 
@@ -185,7 +190,7 @@ class HeightScanner:
         if not (math.isfinite(base_x) and math.isfinite(base_y) and math.isfinite(base_yaw)):
             raise HeightScanError(f"base pose is not finite: x={base_x}, y={base_y}, yaw={base_yaw}")
         if layer is not self._table_layer:
-            self._tables(layer)
+            self._bind_layer(layer)
         c, s = math.cos(base_yaw), math.sin(base_yaw)
         # Unwrapped continuous index of a point p: k = (corner_centre - p) / res, where the corner
         # cell centre is pose + length / 2 - res / 2 (facts.md), so cell centres sit at integers.
@@ -198,6 +203,7 @@ class HeightScanner:
                 self.valid.fill(True)
                 self.valid_fraction = 1.0
             return self.heights
+        self._numpy_tables(layer)
         af = self._affine_flat  # one integer index per element: cheaper than a[i, j]
         af[0], af[1], af[2], af[3], af[4], af[5] = a00, a01, a02, a10, a11, a12
         self._affine.dot(self._local, out=self._k)  # ndarray.dot: the cheapest call for this small product

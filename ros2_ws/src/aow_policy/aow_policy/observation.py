@@ -10,7 +10,8 @@ All raw inputs live in one flat vector (:class:`RobotInputs` exposes named views
 known term's raw value is affine in those inputs: ``raw = sign * inputs[index] + bias`` (e.g.
 ``joint_pos``: q - default; ``height_scan``: (base_z - height_offset) - h). A builder compiles a
 layout into one gather index, one sign and one bias vector at load, so :meth:`build` is seven
-numpy calls whatever the layout, and allocates nothing.
+numpy calls whatever the layout, and allocates nothing; or, where the C kernels of
+:mod:`aow_policy._control` are built, one call of the same arithmetic.
 """
 
 from __future__ import annotations
@@ -22,6 +23,11 @@ import numpy as np
 
 from aow_policy.layout import KNOWN_OBS_TERMS, ObservationLayout, ObsTerm
 from aow_policy.robot import Robot
+
+try:  # the C kernels (aow_policy/_control.c); optional: the NumPy path does the same arithmetic
+    from aow_policy import _control as native_control
+except ImportError:  # built without a C compiler
+    native_control = None
 
 
 class ObservationError(ValueError):
@@ -145,7 +151,13 @@ class ObservationBuilder:
     ``clip(sign * s * x + bias * s, lo, hi)`` with ``[lo, hi] = sorted(-c * s, c * s)``.
     """
 
-    def __init__(self, layout: ObservationLayout, robot: Robot, num_actions: int):
+    def __init__(self, layout: ObservationLayout, robot: Robot, num_actions: int, native: bool | None = None):
+        """``native``: build in C (:mod:`aow_policy._control`); None: where it is built."""
+        if native and native_control is None:
+            raise ValueError("native observation requested, but aow_policy._control is not built (needs a C compiler)")
+        self.native = native_control is not None if native is None else bool(native)
+        self._kernel = None
+        self._kernel_inputs: RobotInputs | None = None
         self.layout = layout
         dim = layout.dim
         template = RobotInputs(len(robot.joint_names), num_actions, robot.height_scan.num_points)
@@ -187,8 +199,26 @@ class ObservationBuilder:
 
     def build(self, inputs: RobotInputs) -> np.ndarray:
         """The observation (internal float32 buffer, overwritten by the next call)."""
+        if inputs is self._kernel_inputs:
+            self._kernel()
+            return self.observation
         if inputs.vector.size != self._input_size:
             raise ValueError("RobotInputs of another robot or action count than this builder's")
+        if self.native:  # bound to these inputs' buffer once; later calls take the branch above
+            self._kernel = native_control.observation(
+                inputs.vector,
+                self._index,
+                self._gain,
+                self._bias_const,
+                self._base_z_gain,
+                self._base_z_index,
+                self._low,
+                self._high,
+                self.observation,
+            )
+            self._kernel_inputs = inputs
+            self._kernel()
+            return self.observation
         work = self._work
         if self._bias_views:
             base_z = float(inputs.vector[self._base_z_index])

@@ -102,11 +102,17 @@ class FakePolicy:
         self.calls = 0
         self.source = "FakePolicy"
 
-    def __call__(self, obs: np.ndarray) -> np.ndarray:
+    def __call__(self, obs: np.ndarray, out: np.ndarray | None = None) -> np.ndarray:
+        """As PolicyRunner: writes into ``out`` when given (an output of another shape is returned
+        as is, so that the caller's shape check sees it)."""
         self.calls += 1
         if self.record:
             self.observations.append(np.array(obs, copy=True))
-        return np.asarray(self.fn(obs), dtype=np.float32)
+        actions = np.asarray(self.fn(obs), dtype=np.float32)
+        if out is None or actions.shape != out.shape:
+            return actions
+        out[...] = actions
+        return out
 
 
 def write_onnx_policy(
