@@ -7,14 +7,25 @@ NaN and out-of-range ones); every command, state, fault and observation must be 
 
 from __future__ import annotations
 
+import array
+
 import numpy as np
 import pytest
 from rosbags.typesys import Stores, get_typestore
 
 from aow_policy import controller as controller_module
+from aow_policy import messages as messages_module
 from aow_policy import observation as observation_module
 from aow_policy.controller import ControllerConfig, ControllerCore, ControllerState
-from aow_policy.messages import MessageFactory, grid_map_msg, joint_state_msg, odometry_msg, twist_msg
+from aow_policy.messages import (
+    JointStateReader,
+    MessageError,
+    MessageFactory,
+    grid_map_msg,
+    joint_state_msg,
+    odometry_msg,
+    twist_msg,
+)
 from aow_policy.observation import ObservationBuilder, RobotInputs
 from aow_policy.robot import load_robot
 from aow_policy.testing import FakePolicy, locomotion_layout, policy_contract_for
@@ -220,3 +231,59 @@ def test_native_requested_without_the_module_is_refused(monkeypatch):
         ControllerCore(ROBOT, FakePolicy(policy_contract_for(ROBOT)), native=True)
     core = ControllerCore(ROBOT, FakePolicy(policy_contract_for(ROBOT)))  # default: the NumPy path
     assert not core.native and not core.builder.native
+
+
+def joint_state_variants(rng: np.random.Generator):
+    """JointStates as rosbags and rclpy deliver them, and malformed ones."""
+    names = [*NAMES, "lidar_spin"]
+    order = list(rng.permutation(len(names)))
+    n = len(names)
+    pos, vel, eff = rng.normal(size=n), rng.normal(size=n), rng.normal(size=n)
+    yield "numpy", joint_state_msg(F, [names[k] for k in order], pos, vel, eff)
+    for field, value in (
+        ("velocity", np.empty(0)),
+        ("effort", np.empty(0)),
+        ("position", pos[:-1]),
+        ("velocity", vel[:3]),
+        ("effort", eff[:-2]),
+        ("position", array.array("d", pos)),
+        ("velocity", array.array("d", vel)),
+        ("effort", array.array("d", [])),
+        ("position", list(pos)),
+        ("velocity", vel.astype(np.float32)),
+        ("position", pos[::-1][::-1].copy()),
+        ("velocity", np.ascontiguousarray(np.stack([vel, vel])[:, 0])),
+    ):
+        msg = joint_state_msg(F, [names[k] for k in order], pos, vel, eff)
+        setattr(msg, field, value)
+        yield f"{field}={type(value).__name__}[{len(value)}]", msg
+
+
+@needs_kernels
+@pytest.mark.parametrize("read_effort", [True, False])
+def test_joint_state_reader_native_gathers_equal_the_numpy_path(monkeypatch, read_effort):
+    rng = np.random.default_rng(5)
+    for label, msg in joint_state_variants(rng):
+        results = []
+        for native in (messages_module._native, None):
+            monkeypatch.setattr(messages_module, "_native", native)
+            reader = JointStateReader(NAMES, read_effort=read_effort)
+            try:
+                reader.read(msg)
+                results.append((reader.values.copy(), reader.has_velocity, reader.has_effort, None))
+            except MessageError as e:
+                results.append((None, None, None, str(e)))
+        (v1, hv1, he1, e1), (v2, hv2, he2, e2) = results
+        assert e1 == e2, label
+        assert hv1 == hv2 and he1 == he2, label
+        if v1 is not None:
+            np.testing.assert_array_equal(v1, v2, err_msg=label)
+
+
+@needs_kernels
+def test_gather_joint_state_checks_its_index():
+    out = np.zeros((3, 2))
+    with pytest.raises(ValueError, match=r"index\[1\] = 5 is outside \[0, 3\)"):
+        native_control.gather_joint_state(np.zeros(3), np.zeros(3), None, np.array([0, 5], dtype=np.intp), 3, out)
+    with pytest.raises(ValueError, match="out float64"):
+        native_control.gather_joint_state(np.zeros(3), np.zeros(3), None, np.array([0, 1], dtype=np.intp), 3, out[:2])

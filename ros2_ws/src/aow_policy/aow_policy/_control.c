@@ -463,6 +463,107 @@ static PyObject *run_odometry(Kernel *k, PyObject *msg) {
     return PyLong_FromLong(code);
 }
 
+
+/* Borrows obj's buffer when it is a C-contiguous float64 one: 1; 0 (no exception) when it is
+ * anything else (a list, float32, ...), so that the caller takes its general path. */
+static int borrow_doubles(PyObject *obj, Py_buffer *view) {
+    if (PyObject_GetBuffer(obj, view, PyBUF_C_CONTIGUOUS | PyBUF_FORMAT) < 0) {
+        PyErr_Clear();
+        return 0;
+    }
+    const char *fmt = view->format ? view->format : "B";
+    if (fmt[0] == '<' || fmt[0] == '=' || fmt[0] == '@') {
+        fmt++;
+    }
+    if (view->itemsize != 8 || strcmp(fmt, "d") != 0) {
+        PyBuffer_Release(view);
+        return 0;
+    }
+    return 1;
+}
+
+/* gather_joint_state(position, velocity, effort_or_None, index, count, out) -> int
+ *
+ * JointStateReader.read's gathers: out[row, i] = field[index[i]] for the rows position,
+ * velocity, effort (rows of out, a writable float64 3 x n buffer; index intp, n values in
+ * [0, count)). velocity and effort may be empty (their row becomes NaN). Returns the bits
+ * 1 (velocity read) | 2 (effort read); 4, 8 or 16 when position, velocity or effort has neither
+ * 0 (position: exactly count) nor count values (nothing is written then); -1 when a field is not
+ * a contiguous float64 buffer (nothing written: the caller's general path converts it). */
+static PyObject *gather_joint_state(PyObject *module, PyObject *const *args, Py_ssize_t nargs) {
+    (void)module;
+    if (check_args(nargs, 6, "gather_joint_state") == NULL) {
+        return NULL;
+    }
+    const Py_ssize_t count = PyLong_AsSsize_t(args[4]);
+    if (count == -1 && PyErr_Occurred()) {
+        return NULL;
+    }
+    Py_buffer index, out, field[3];
+    int held = 0;
+    long code = 0;
+    if (PyObject_GetBuffer(args[3], &index, PyBUF_C_CONTIGUOUS) < 0) {
+        return NULL;
+    }
+    if (PyObject_GetBuffer(args[5], &out, PyBUF_C_CONTIGUOUS | PyBUF_WRITABLE) < 0) {
+        PyBuffer_Release(&index);
+        return NULL;
+    }
+    const Py_ssize_t n = index.len / (Py_ssize_t)sizeof(Py_ssize_t);
+    if (index.itemsize != (Py_ssize_t)sizeof(Py_ssize_t) || out.len != 3 * n * (Py_ssize_t)sizeof(double)) {
+        PyErr_SetString(PyExc_ValueError, "gather_joint_state: index must be intp (n) and out float64 (3 x n)");
+        code = -2;
+    }
+    const Py_ssize_t *idx = index.buf;
+    for (Py_ssize_t i = 0; code == 0 && i < n; i++) {
+        if (idx[i] < 0 || idx[i] >= count) {
+            PyErr_Format(PyExc_ValueError, "gather_joint_state: index[%zd] = %zd is outside [0, %zd)", i, idx[i], count);
+            code = -2;
+        }
+    }
+    Py_ssize_t len[3] = {0, 0, 0};
+    for (int f = 0; code == 0 && f < 3; f++) {
+        if (f == 2 && args[2] == Py_None) {
+            break;
+        }
+        if (!borrow_doubles(args[f], &field[f])) {
+            code = -1;
+            break;
+        }
+        held = f + 1;
+        len[f] = field[f].len / 8;
+        if (len[f] != count && (f == 0 || len[f] != 0)) {
+            code |= 4L << f;
+        }
+    }
+    if (code == 0) {
+        double *rows = out.buf;
+        for (int f = 0; f < 3; f++) {
+            double *row = rows + f * n;
+            if (f < held && len[f] == count) {
+                const double *src = field[f].buf;
+                for (Py_ssize_t i = 0; i < n; i++) {
+                    row[i] = src[idx[i]];
+                }
+                code |= f == 0 ? 0 : (1L << (f - 1));
+            } else if (f > 0 && (f < held)) {
+                for (Py_ssize_t i = 0; i < n; i++) {
+                    row[i] = NAN;
+                }
+            }
+        }
+    }
+    for (int f = 0; f < held; f++) {
+        PyBuffer_Release(&field[f]);
+    }
+    PyBuffer_Release(&index);
+    PyBuffer_Release(&out);
+    if (code == -2) {
+        return NULL;
+    }
+    return PyLong_FromLong(code);
+}
+
 static PyObject *kernel_call(Kernel *self, PyObject *args, PyObject *kwargs) {
     const Py_ssize_t expected = self->kind == ODOMETRY ? 1 : 0;
     if (PyTuple_GET_SIZE(args) != expected || (kwargs != NULL && PyDict_GET_SIZE(kwargs) != 0)) {
@@ -495,6 +596,9 @@ static PyMethodDef methods[] = {
      "odometry(scratch, dest, parent_frame, quaternion_tolerance, max_linear, max_angular) -> kernel; "
      "kernel(msg) reads a nav_msgs/Odometry into scratch and returns 0 (accepted: dest written), 1 (non-finite), "
      "2 (quaternion norm), 3 (implausible speed)."},
+    {"gather_joint_state", (PyCFunction)(void (*)(void))gather_joint_state, METH_FASTCALL,
+     "gather_joint_state(position, velocity, effort_or_None, index, count, out) -> int: JointStateReader's "
+     "gathers; bits 1 velocity read, 2 effort read; 4/8/16 a field of the wrong length; -1 not float64 buffers."},
     {NULL, NULL, 0, NULL},
 };
 

@@ -26,6 +26,11 @@ import numpy as np
 
 from aow_policy.msg_defs import GRID_MAP, register_grid_map_types
 
+try:  # C gathers of float64 buffers (aow_policy/_control.c); optional: the numpy path is the same
+    from aow_policy import _control as _native
+except ImportError:
+    _native = None
+
 
 class MessageError(ValueError):
     """A message cannot be converted; the text says which field is wrong."""
@@ -142,6 +147,19 @@ class JointStateReader:
             index, count = self._layout(names)
             self._last_names = list(names) if type(names) is list else None
             self._last_layout = (index, count)
+        if _native is not None:
+            read = _native.gather_joint_state(
+                msg.position, msg.velocity, msg.effort if self.read_effort else None, index, count, self.values
+            )
+            if 0 <= read < 4:
+                self.has_velocity = bool(read & 1)
+                if self.read_effort:
+                    self.has_effort = bool(read & 2)
+                stamp = msg.header.stamp
+                self.stamp = stamp.sec + stamp.nanosec * 1e-9
+                return
+            # a field of the wrong length: the general path below words the error; not float64
+            # buffers (e.g. lists): it converts them
         position = msg.position
         if type(position) is not np.ndarray or position.dtype is not _FLOAT64:
             position = as_array(position)
