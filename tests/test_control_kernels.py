@@ -21,6 +21,7 @@ from aow_policy.messages import (
     JointStateReader,
     MessageError,
     MessageFactory,
+    grid_map_layer,
     grid_map_msg,
     joint_state_msg,
     odometry_msg,
@@ -287,3 +288,71 @@ def test_gather_joint_state_checks_its_index():
         native_control.gather_joint_state(np.zeros(3), np.zeros(3), None, np.array([0, 5], dtype=np.intp), 3, out)
     with pytest.raises(ValueError, match="out float64"):
         native_control.gather_joint_state(np.zeros(3), np.zeros(3), None, np.array([0, 1], dtype=np.intp), 3, out[:2])
+
+
+def grid_map_variants():
+    """GridMaps the C reader takes, and ones it must leave to the Python function."""
+    rng = np.random.default_rng(11)
+    heights = rng.normal(0, 0.1, (30, 24)).astype(np.float32)
+
+    def new(**kw):
+        return grid_map_msg(F, {"elevation": heights, "variance": heights * 0}, 0.05, (1.0, -2.0), stamp=3.25, **kw)
+
+    yield "column-major", new(outer_start=4, inner_start=17)
+    yield "row-major", new(outer_start=29, inner_start=0, row_major=True)
+
+    def edited(label, edit):
+        msg = new(outer_start=2, inner_start=3)
+        edit(msg)
+        return label, msg
+
+    def set_offset(m):
+        arr = m.data[0]
+        arr.layout.data_offset = 2
+        arr.data = np.concatenate([np.zeros(2, np.float32), arr.data])
+
+    def rotate(m):
+        m.info.pose.orientation.z, m.info.pose.orientation.w = 0.38268343, 0.92387953
+
+    def swap_labels(m):
+        m.data[0].layout.dim[0].label = "row_index"
+
+    yield edited("data_offset", set_offset)
+    yield edited("rotated", rotate)
+    yield edited("labels", swap_labels)
+    yield edited("no such layer", lambda m: setattr(m, "layers", ["a", "b"]))
+    yield edited("layer count", lambda m: setattr(m, "data", m.data[:1]))
+    yield edited("length", lambda m: setattr(m.info, "length_x", 2.0))
+    yield edited("start index", lambda m: setattr(m, "outer_start_index", 30))
+    yield edited("float64 values", lambda m: setattr(m.data[0], "data", m.data[0].data.astype(np.float64)))
+    yield edited("array.array values", lambda m: setattr(m.data[0], "data", array.array("f", m.data[0].data)))
+    yield edited("short values", lambda m: setattr(m.data[0], "data", m.data[0].data[:-1]))
+    yield edited("zero resolution", lambda m: setattr(m.info, "resolution", 0.0))
+    yield edited("one dimension", lambda m: setattr(m.data[0].layout, "dim", m.data[0].layout.dim[:1]))
+
+
+@needs_kernels
+def test_grid_map_reader_equals_the_python_conversion(monkeypatch):
+    taken = 0
+    for label, msg in grid_map_variants():
+        results = []
+        for native in (messages_module._native, None):
+            monkeypatch.setattr(messages_module, "_native", native)
+            try:
+                results.append(grid_map_layer(msg, "elevation"))
+            except MessageError as e:
+                results.append(str(e))
+        native_result, python_result = results
+        if isinstance(python_result, str):
+            assert native_result == python_result, label
+            continue
+        if label.endswith("-major"):  # the message's own buffer, no copy
+            assert native_result.values is msg.data[0].data
+        for name in ("rows", "cols", "row_stride", "col_stride", "outer_start", "inner_start", "frame_id", "layer"):
+            assert getattr(native_result, name) == getattr(python_result, name), (label, name)
+        for name in ("resolution", "length_x", "length_y", "center_x", "center_y", "stamp"):
+            assert getattr(native_result, name) == getattr(python_result, name), (label, name)
+        np.testing.assert_array_equal(native_result.values, python_result.values)
+        reader = messages_module._grid_map_readers.get("elevation")
+        taken += reader is not None and reader(msg) is not None
+    assert taken == 2  # only the two well-formed float32 maps went the C way

@@ -24,6 +24,11 @@
  *       nav_msgs/Odometry -> scratch (aow_policy.messages.read_odometry's arithmetic; layout in the
  *       ODOM_* enum below), then the controller's checks: 0 accepted (dest = scratch[:12]: position,
  *       base-frame twist, gravity), 1 non-finite field, 2 quaternion norm, 3 implausible speed.
+ *   grid_map(layer, ndarray_type, float32_dtype)                       -> kernel(msg) -> tuple | None
+ *       aow_policy.messages.grid_map_layer's common case (see run_grid_map); None: the Python
+ *       function decides.
+ *   gather_joint_state(position, velocity, effort, index, count, out)  -> int  (not bound)
+ *       aow_policy.messages.JointStateReader's gathers of float64 buffers (see below).
  *
  * Every buffer is C-contiguous float64 ('d') unless named otherwise: actions and out are
  * float32, index and gather are intp. Sizes and index ranges are checked when a kernel is bound;
@@ -40,7 +45,7 @@
 
 #define MAX_BUFFERS 13
 
-enum { PLAUSIBLE_COPY, OBSERVATION, ACTION_TARGETS, ODOMETRY };
+enum { PLAUSIBLE_COPY, OBSERVATION, ACTION_TARGETS, ODOMETRY, GRID_MAP };
 
 /* the scratch vector of the odometry kernel */
 enum {
@@ -67,6 +72,7 @@ typedef struct {
     int clip;
     int parent_frame;                                   /* odometry: twist in the parent frame */
     double quaternion_tolerance, max_linear, max_angular; /* odometry plausibility */
+    PyObject *layer, *ndarray_type, *float32_dtype;     /* grid map: owned references */
 } Kernel;
 
 static void kernel_dealloc(Kernel *self) {
@@ -74,11 +80,15 @@ static void kernel_dealloc(Kernel *self) {
         PyBuffer_Release(&self->buf[i]);
     }
     PyMem_Free(self->index);
+    Py_XDECREF(self->layer);
+    Py_XDECREF(self->ndarray_type);
+    Py_XDECREF(self->float32_dtype);
     Py_TYPE(self)->tp_free((PyObject *)self);
 }
 
 static PyObject *kernel_call(Kernel *self, PyObject *args, PyObject *kwargs);
 static PyObject *run_odometry(Kernel *k, PyObject *msg);
+static PyObject *run_grid_map(Kernel *k, PyObject *msg);
 
 static PyTypeObject KernelType = {
     PyVarObject_HEAD_INIT(NULL, 0).tp_name = "aow_policy._control.Kernel",
@@ -149,6 +159,7 @@ static Kernel *new_kernel(int kind) {
     k->n = k->m = 0;
     k->base_z_index = 0;
     k->clip = 0;
+    k->layer = k->ndarray_type = k->float32_dtype = NULL;
     return k;
 }
 
@@ -331,6 +342,9 @@ static PyObject *run_action_targets(Kernel *k) {
 }
 
 static PyObject *s_pose, *s_position, *s_orientation, *s_twist, *s_linear, *s_angular, *s_x, *s_y, *s_z, *s_w;
+static PyObject *s_layers, *s_data, *s_info, *s_resolution, *s_length_x, *s_length_y, *s_layout, *s_dim, *s_label,
+    *s_size, *s_data_offset, *s_outer_start_index, *s_inner_start_index, *s_header, *s_frame_id, *s_stamp, *s_sec,
+    *s_nanosec, *s_dtype, *s_column_index, *s_row_index;
 
 /* obj.a.b -> new reference, or NULL with AttributeError */
 static PyObject *attr2(PyObject *obj, PyObject *a, PyObject *b) {
@@ -564,13 +578,174 @@ static PyObject *gather_joint_state(PyObject *module, PyObject *const *args, Py_
     return PyLong_FromLong(code);
 }
 
+static PyObject *bind_grid_map(PyObject *module, PyObject *const *args, Py_ssize_t nargs) {
+    (void)module;
+    if (check_args(nargs, 3, "grid_map") == NULL) {
+        return NULL;
+    }
+    if (!PyUnicode_Check(args[0]) || !PyType_Check(args[1])) {
+        PyErr_SetString(PyExc_TypeError, "grid_map(layer: str, ndarray_type: type, float32_dtype)");
+        return NULL;
+    }
+    Kernel *k = new_kernel(GRID_MAP);
+    if (k == NULL) {
+        return NULL;
+    }
+    Py_INCREF(args[0]);
+    Py_INCREF(args[1]);
+    Py_INCREF(args[2]);
+    k->layer = args[0], k->ndarray_type = args[1], k->float32_dtype = args[2];
+    return (PyObject *)k;
+}
+
+/* obj.name as a double / Py_ssize_t; -1 with an exception set on failure */
+static int attr_double(PyObject *obj, PyObject *name, double *out) {
+    PyObject *v = PyObject_GetAttr(obj, name);
+    if (v == NULL) {
+        return -1;
+    }
+    *out = PyFloat_AsDouble(v);
+    Py_DECREF(v);
+    return (*out == -1.0 && PyErr_Occurred()) ? -1 : 0;
+}
+
+static int attr_ssize(PyObject *obj, PyObject *name, Py_ssize_t *out) {
+    PyObject *v = PyObject_GetAttr(obj, name);
+    if (v == NULL) {
+        return -1;
+    }
+    *out = PyLong_Check(v) ? PyLong_AsSsize_t(v) : -1;
+    int bad = !PyLong_Check(v) || (*out == -1 && PyErr_Occurred());
+    Py_DECREF(v);
+    if (bad) {
+        PyErr_Clear();
+        return -1;
+    }
+    return 0;
+}
+
+/* grid_map_layer's common case: the layer's float32 numpy buffer without data_offset, a
+ * translation-only pose, consistent sizes and start indices. Returns the tuple of
+ * GridMapLayer's fields before ``layer``, or None for anything else (the Python function then
+ * decides, and words any error); exceptions met on the way are cleared, not raised. */
+static PyObject *run_grid_map(Kernel *k, PyObject *msg) {
+    PyObject *layers = NULL, *data = NULL, *info = NULL, *pose = NULL, *array_msg = NULL, *layout = NULL;
+    PyObject *dims = NULL, *values = NULL, *dtype = NULL, *header = NULL, *frame_id = NULL, *stamp = NULL;
+    PyObject *result = NULL, *tmp = NULL;
+    Py_ssize_t rows = 0, cols = 0, row_stride = 0, col_stride = 0, outer = 0, inner = 0, offset = 0;
+    double res, length_x, length_y, q[3], center[2], sec, nanosec;
+
+    layers = PyObject_GetAttr(msg, s_layers);
+    data = layers ? PyObject_GetAttr(msg, s_data) : NULL;
+    if (data == NULL || !PyList_Check(layers) || !PyList_Check(data)) {
+        goto done;
+    }
+    Py_ssize_t position = PySequence_Index(layers, k->layer);
+    if (position < 0 || PyList_GET_SIZE(data) != PyList_GET_SIZE(layers)) {
+        goto done;
+    }
+    info = PyObject_GetAttr(msg, s_info);
+    if (info == NULL || attr_double(info, s_resolution, &res) < 0 || !(res > 0.0 && isfinite(res)) ||
+        attr_double(info, s_length_x, &length_x) < 0 || attr_double(info, s_length_y, &length_y) < 0) {
+        goto done;
+    }
+    pose = PyObject_GetAttr(info, s_pose);
+    tmp = pose ? PyObject_GetAttr(pose, s_orientation) : NULL;
+    if (tmp == NULL || attr_double(tmp, s_x, &q[0]) < 0 || attr_double(tmp, s_y, &q[1]) < 0 ||
+        attr_double(tmp, s_z, &q[2]) < 0 || fabs(q[0]) > 1e-6 || fabs(q[1]) > 1e-6 || fabs(q[2]) > 1e-6) {
+        goto done;
+    }
+    Py_CLEAR(tmp);
+    tmp = PyObject_GetAttr(pose, s_position);
+    if (tmp == NULL || attr_double(tmp, s_x, &center[0]) < 0 || attr_double(tmp, s_y, &center[1]) < 0) {
+        goto done;
+    }
+    Py_CLEAR(tmp);
+    array_msg = PyList_GET_ITEM(data, position);
+    Py_INCREF(array_msg);
+    layout = PyObject_GetAttr(array_msg, s_layout);
+    dims = layout ? PyObject_GetAttr(layout, s_dim) : NULL;
+    if (dims == NULL || !PyList_Check(dims) || PyList_GET_SIZE(dims) != 2 ||
+        attr_ssize(layout, s_data_offset, &offset) < 0 || offset != 0) {
+        goto done;
+    }
+    Py_ssize_t size[2];
+    int label[2]; /* 0 column_index, 1 row_index */
+    for (int d = 0; d < 2; d++) {
+        PyObject *dim = PyList_GET_ITEM(dims, d);
+        PyObject *name = PyObject_GetAttr(dim, s_label);
+        if (name == NULL) {
+            goto done;
+        }
+        int is_column = PyUnicode_Check(name) && PyUnicode_Compare(name, s_column_index) == 0;
+        int is_row = PyUnicode_Check(name) && PyUnicode_Compare(name, s_row_index) == 0;
+        Py_DECREF(name);
+        if ((!is_column && !is_row) || attr_ssize(dim, s_size, &size[d]) < 0) {
+            goto done;
+        }
+        label[d] = is_row;
+    }
+    if (label[0] == 0 && label[1] == 1) { /* Eigen column-major, grid_map's default */
+        cols = size[0], rows = size[1], row_stride = 1, col_stride = rows;
+    } else if (label[0] == 1 && label[1] == 0) {
+        rows = size[0], cols = size[1], row_stride = cols, col_stride = 1;
+    } else {
+        goto done;
+    }
+    /* Python's round(): half to even, as nearbyint in the default rounding mode */
+    if (rows != (Py_ssize_t)nearbyint(length_x / res) || cols != (Py_ssize_t)nearbyint(length_y / res)) {
+        goto done;
+    }
+    values = PyObject_GetAttr(array_msg, s_data);
+    if (values == NULL || !Py_IS_TYPE(values, (PyTypeObject *)k->ndarray_type)) {
+        goto done;
+    }
+    dtype = PyObject_GetAttr(values, s_dtype);
+    if (dtype != k->float32_dtype || PyObject_Length(values) != rows * cols) {
+        goto done;
+    }
+    if (attr_ssize(msg, s_outer_start_index, &outer) < 0 || attr_ssize(msg, s_inner_start_index, &inner) < 0 ||
+        outer < 0 || outer >= (rows > 1 ? rows : 1) || inner < 0 || inner >= (cols > 1 ? cols : 1)) {
+        goto done;
+    }
+    header = PyObject_GetAttr(msg, s_header);
+    frame_id = header ? PyObject_GetAttr(header, s_frame_id) : NULL;
+    stamp = frame_id ? PyObject_GetAttr(header, s_stamp) : NULL;
+    if (stamp == NULL || attr_double(stamp, s_sec, &sec) < 0 || attr_double(stamp, s_nanosec, &nanosec) < 0) {
+        goto done;
+    }
+    result = Py_BuildValue("(OnnnndddddnnOd)", values, rows, cols, row_stride, col_stride, res, length_x, length_y,
+                           center[0], center[1], outer, inner, frame_id, sec + nanosec * 1e-9);
+done:
+    Py_XDECREF(layers);
+    Py_XDECREF(data);
+    Py_XDECREF(info);
+    Py_XDECREF(pose);
+    Py_XDECREF(tmp);
+    Py_XDECREF(array_msg);
+    Py_XDECREF(layout);
+    Py_XDECREF(dims);
+    Py_XDECREF(values);
+    Py_XDECREF(dtype);
+    Py_XDECREF(header);
+    Py_XDECREF(frame_id);
+    Py_XDECREF(stamp);
+    if (result == NULL) {
+        PyErr_Clear();
+        Py_RETURN_NONE;
+    }
+    return result;
+}
+
 static PyObject *kernel_call(Kernel *self, PyObject *args, PyObject *kwargs) {
-    const Py_ssize_t expected = self->kind == ODOMETRY ? 1 : 0;
+    const Py_ssize_t expected = (self->kind == ODOMETRY || self->kind == GRID_MAP) ? 1 : 0;
     if (PyTuple_GET_SIZE(args) != expected || (kwargs != NULL && PyDict_GET_SIZE(kwargs) != 0)) {
         PyErr_Format(PyExc_TypeError, "this bound kernel takes %zd positional argument(s)", expected);
         return NULL;
     }
     switch (self->kind) {
+    case GRID_MAP:
+        return run_grid_map(self, PyTuple_GET_ITEM(args, 0));
     case ODOMETRY:
         return run_odometry(self, PyTuple_GET_ITEM(args, 0));
     case PLAUSIBLE_COPY:
@@ -596,6 +771,9 @@ static PyMethodDef methods[] = {
      "odometry(scratch, dest, parent_frame, quaternion_tolerance, max_linear, max_angular) -> kernel; "
      "kernel(msg) reads a nav_msgs/Odometry into scratch and returns 0 (accepted: dest written), 1 (non-finite), "
      "2 (quaternion norm), 3 (implausible speed)."},
+    {"grid_map", (PyCFunction)(void (*)(void))bind_grid_map, METH_FASTCALL,
+     "grid_map(layer, ndarray_type, float32_dtype) -> kernel; kernel(msg) returns grid_map_layer's fields (before "
+     "the layer name) for the common case, or None (the Python function decides)."},
     {"gather_joint_state", (PyCFunction)(void (*)(void))gather_joint_state, METH_FASTCALL,
      "gather_joint_state(position, velocity, effort_or_None, index, count, out) -> int: JointStateReader's "
      "gathers; bits 1 velocity read, 2 effort read; 4/8/16 a field of the wrong length; -1 not float64 buffers."},
@@ -611,9 +789,16 @@ PyMODINIT_FUNC PyInit__control(void) {
     if (PyType_Ready(&KernelType) < 0) {
         return NULL;
     }
-    PyObject **names[] = {&s_pose, &s_position, &s_orientation, &s_twist, &s_linear, &s_angular, &s_x, &s_y, &s_z, &s_w};
-    const char *texts[] = {"pose", "position", "orientation", "twist", "linear", "angular", "x", "y", "z", "w"};
-    for (int i = 0; i < 10; i++) {
+    PyObject **names[] = {&s_pose, &s_position, &s_orientation, &s_twist, &s_linear, &s_angular, &s_x, &s_y, &s_z,
+                          &s_w, &s_layers, &s_data, &s_info, &s_resolution, &s_length_x, &s_length_y, &s_layout,
+                          &s_dim, &s_label, &s_size, &s_data_offset, &s_outer_start_index, &s_inner_start_index,
+                          &s_header, &s_frame_id, &s_stamp, &s_sec, &s_nanosec, &s_dtype, &s_column_index,
+                          &s_row_index};
+    const char *texts[] = {"pose", "position", "orientation", "twist", "linear", "angular", "x", "y", "z", "w",
+                           "layers", "data", "info", "resolution", "length_x", "length_y", "layout", "dim", "label",
+                           "size", "data_offset", "outer_start_index", "inner_start_index", "header", "frame_id",
+                           "stamp", "sec", "nanosec", "dtype", "column_index", "row_index"};
+    for (int i = 0; i < (int)(sizeof(texts) / sizeof(texts[0])); i++) {
         *names[i] = PyUnicode_InternFromString(texts[i]);
         if (*names[i] == NULL) {
             return NULL;

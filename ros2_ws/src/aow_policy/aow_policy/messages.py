@@ -375,8 +375,20 @@ class GridMapLayer:
 _COLUMN, _ROW = "column_index", "row_index"
 
 
+_grid_map_readers: dict[str, Any] = {}  # layer name -> bound C reader (aow_policy._control.grid_map)
+
+
 def grid_map_layer(msg: Any, layer: str = "elevation") -> GridMapLayer:
     """Select a layer of a GridMap by name and describe its storage; raises MessageError if malformed."""
+    if _native is not None:  # the common case in one C call; anything else (and every error) below
+        reader = _grid_map_readers.get(layer)
+        if reader is None:
+            if len(_grid_map_readers) >= 16:
+                _grid_map_readers.clear()
+            reader = _grid_map_readers[layer] = _native.grid_map(layer, np.ndarray, _FLOAT32)
+        fields = reader(msg)
+        if fields is not None:
+            return GridMapLayer(*fields, layer)
     layers = msg.layers
     try:
         position = layers.index(layer)
