@@ -79,13 +79,18 @@ def test_installed_copy_passes_the_package_tests(installed):
     assert tests.returncode == 0, tests.stdout + tests.stderr
 
 
-def test_colcon_build_compiles_the_height_scan_extension(installed):
-    """The C fast path is built and importable from the installed copy where a compiler exists."""
+def test_colcon_build_compiles_the_c_extensions(installed):
+    """The C fast paths are built and importable from the installed copy where a compiler exists."""
     if shutil.which("cc") is None and shutil.which("gcc") is None:
-        pytest.skip("no C compiler here: the package installs without its optional C module")
+        pytest.skip("no C compiler here: the package installs without its optional C modules")
     site = next(installed.glob("lib/python3*/site-packages"))
-    assert list((site / "aow_policy").glob("_scan*.so")), "colcon build did not compile aow_policy._scan"
+    for module in ("_scan", "_control"):
+        assert list((site / "aow_policy").glob(f"{module}*.so")), f"colcon build did not compile aow_policy.{module}"
     env = {**os.environ, "PYTHONPATH": str(site)}
-    probe = "import aow_policy.heightmap as h; print(h.NATIVE_AVAILABLE, h._native_scan.__file__)"
+    probe = (
+        "import aow_policy.heightmap as h, aow_policy.observation as o; "
+        "print(h.NATIVE_AVAILABLE, h._native_scan.__file__, o.native_control.__file__)"
+    )
     out = subprocess.run([sys.executable, "-c", probe], env=env, capture_output=True, text=True, check=True)
-    assert out.stdout.startswith("True " + str(site)), out.stdout
+    flag, scan, control = out.stdout.split()
+    assert flag == "True" and scan.startswith(str(site)) and control.startswith(str(site)), out.stdout
