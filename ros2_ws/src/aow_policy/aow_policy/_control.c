@@ -804,5 +804,19 @@ PyMODINIT_FUNC PyInit__control(void) {
             return NULL;
         }
     }
-    return PyModule_Create(&module_def);
+    PyObject *module = PyModule_Create(&module_def);
+    if (module == NULL) {
+        return NULL;
+    }
+    /* the odometry scratch layout, for the Python side's error messages */
+    const char *const_names[] = {"ODOM_SIZE", "ODOM_YAW", "ODOM_QUATERNION_NORM", "ODOM_LINEAR_SPEED",
+                                 "ODOM_ANGULAR_SPEED"};
+    const long const_values[] = {ODOM_SIZE, ODOM_YAW, ODOM_QUATERNION_NORM, ODOM_LINEAR_SPEED, ODOM_ANGULAR_SPEED};
+    for (int i = 0; i < 5; i++) {
+        if (PyModule_AddIntConstant(module, const_names[i], const_values[i]) < 0) {
+            Py_DECREF(module);
+            return NULL;
+        }
+    }
+    return module;
 }

@@ -24,8 +24,9 @@ is not a fault: the policy gets a zero command.
 Every command is clipped to the contract's ranges: positions to the joint position limits and
 the policy's action [low, high], velocities to the joint velocity limits and the action range.
 ``step()`` allocates no arrays: all buffers are preallocated here. Where the C kernels of
-:mod:`aow_policy._control` are built, the measurement check, the observation and the action ->
-target mapping run there, bound to those buffers (the same arithmetic as the NumPy path).
+:mod:`aow_policy._control` are built, the joint measurement check, the odometry conversion and
+its checks, the observation and the action -> target mapping run there, bound to those buffers
+(the same arithmetic as the NumPy path, bit for bit).
 """
 
 from __future__ import annotations
@@ -320,9 +321,11 @@ class ControllerCore:
         self._check_joints = self._map_actions = self._read_odometry = None
         self._targets_clipped = False
         if self.native:
-            # scratch layout: position, linear, angular, gravity (= the inputs block), quaternion,
-            # yaw, quaternion norm, linear speed, angular speed (_control.c's ODOM_*)
-            self._odometry_scratch = np.full(20, np.nan)
+            # position, linear, angular, gravity (= the inputs block), quaternion, then the scalars
+            # at native_control.ODOM_YAW, ODOM_QUATERNION_NORM, ODOM_LINEAR_SPEED, ODOM_ANGULAR_SPEED
+            self._odometry_scratch = np.full(native_control.ODOM_SIZE, np.nan)
+            k = native_control
+            self._odometry_fields = (k.ODOM_YAW, k.ODOM_QUATERNION_NORM, k.ODOM_LINEAR_SPEED, k.ODOM_ANGULAR_SPEED)
             self._read_odometry = native_control.odometry(
                 self._odometry_scratch,
                 self._base_inputs,
@@ -458,15 +461,16 @@ class ControllerCore:
             code = self._read_odometry(msg)
         except (AttributeError, TypeError, ValueError) as e:
             return self._refuse("odometry", f"malformed Odometry ({e})")
+        scratch = self._odometry_scratch
+        yaw, norm, linear_speed, angular_speed = self._odometry_fields
         if code:
-            scratch = self._odometry_scratch
             if code == 1:
                 return self._refuse("odometry", "non-finite values in pose or twist")
             if code == 2:
-                return self._refuse("odometry", f"orientation quaternion has norm {scratch[17]:.3f}")
-            lin, ang = scratch[18], scratch[19]
+                return self._refuse("odometry", f"orientation quaternion has norm {scratch[norm]:.3f}")
+            lin, ang = scratch[linear_speed], scratch[angular_speed]
             return self._refuse("odometry", f"implausible base velocity ({lin:.2f} m/s, {ang:.2f} rad/s)")
-        self._yaw = self._odometry_scratch.item(16)
+        self._yaw = scratch.item(yaw)
         self._odom_frame = msg.header.frame_id
         return self._accept(self._odometry_status, now)
 
