@@ -61,13 +61,23 @@ def train(args: argparse.Namespace, run_dir: Path) -> dict[str, Any]:
     cfg.validate()
     runner = Runner(cfg, run_dir=run_dir, progress=not args.no_progress, tensorboard=True)
     history = runner.learn(time_budget_s=60.0 * args.minutes)
-    last = history[-1] if history else {}
     return {
         "iterations": runner.iteration,
-        "mean_reward": last.get("mean_reward"),
-        "violations_per_episode": last.get("violations_per_episode"),
+        "mean_reward": recent_mean(history, "mean_reward"),
+        "violations_per_episode": recent_mean(history, "violations_per_episode"),
         "checkpoint": str(runner.last_checkpoint),
     }
+
+
+def recent_mean(history: list[dict[str, Any]], key: str, count: int = 10) -> float | None:
+    """Mean of ``key`` over the last ``count`` iterations that report it (an iteration in which no
+    episode ended has no episode statistics); None if none does."""
+    values = [record[key] for record in reversed(history) if key in record][:count]
+    return sum(values) / len(values) if values else None
+
+
+def _fmt(value: float | None, digits: int) -> str:
+    return "n/a (no episode finished)" if value is None else f"{value:.{digits}f}"
 
 
 def main(argv: list[str] | None = None) -> int:
@@ -109,8 +119,9 @@ def main(argv: list[str] | None = None) -> int:
 
     print("\n=== summary ===")
     print(
-        f"training: {trained['iterations']} iterations, mean reward {trained['mean_reward']:.3f}, "
-        f"violations per episode {trained['violations_per_episode']:.2f}"
+        f"training: {trained['iterations']} iterations, mean reward {_fmt(trained['mean_reward'], 3)}, "
+        f"violations per episode {_fmt(trained['violations_per_episode'], 2)} (means of the last 10 iterations "
+        "with finished episodes)"
     )
     for seg in sim.segments:
         err = seg.mean_abs_error_settled or seg.mean_abs_error

@@ -89,3 +89,14 @@ def test_shipped_evaluation_reproduces(tmp_path: Path):
         again = fresh[p["name"]]
         assert again["forward_error"] == pytest.approx(p["forward_error"], abs=0.05)
         assert again["falls"] == p["falls"]
+
+
+def test_demo_summary_means_skip_iterations_without_finished_episodes():
+    """The demo's end-of-training figures: iterations in which no episode ended have no episode
+    statistics (the one-minute demo can end on one) and are skipped, not printed as None."""
+    from demo.__main__ import recent_mean
+
+    history = [{"iteration": i, "mean_reward": float(i)} for i in range(12)] + [{"iteration": 12}]
+    assert recent_mean(history, "mean_reward") == sum(range(2, 12)) / 10
+    assert recent_mean(history, "violations_per_episode") is None
+    assert recent_mean([], "mean_reward") is None
