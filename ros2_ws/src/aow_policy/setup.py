@@ -12,6 +12,7 @@ package_name = "aow_policy"
 scan_extension = Extension(
     "aow_policy._scan",
     sources=["aow_policy/_scan.c"],
+    depends=["aow_policy/_buffers.h"],
     extra_compile_args=["-O2", "-ffp-contract=off"],
     optional=True,
 )
@@ -21,6 +22,7 @@ scan_extension = Extension(
 control_extension = Extension(
     "aow_policy._control",
     sources=["aow_policy/_control.c"],
+    depends=["aow_policy/_buffers.h"],
     extra_compile_args=["-O2", "-ffp-contract=off"],
     optional=True,
 )

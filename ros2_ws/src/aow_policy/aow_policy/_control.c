@@ -38,10 +38,8 @@
  * no multiply-add is fused and the rounding matches NumPy. The module is optional: without a
  * compiler the controller runs its NumPy path (same results).
  */
-#define PY_SSIZE_T_CLEAN
-#include <Python.h>
+#include "_buffers.h"
 #include <math.h>
-#include <string.h>
 
 #define MAX_BUFFERS 13
 
@@ -103,23 +101,10 @@ static PyTypeObject KernelType = {
  * the kernel's next slot. Returns the item count, or -1 with an exception set. */
 static Py_ssize_t hold(Kernel *k, PyObject *obj, const char *name, char format, Py_ssize_t count, int writable) {
     Py_buffer *view = &k->buf[k->nbuf];
-    int flags = PyBUF_C_CONTIGUOUS | PyBUF_FORMAT | (writable ? PyBUF_WRITABLE : 0);
-    if (PyObject_GetBuffer(obj, view, flags) < 0) {
+    if (get_typed_buffer(obj, view, name, format, writable) < 0) {
         return -1;
     }
-    const char *fmt = view->format ? view->format : "B";
-    if (fmt[0] == '<' || fmt[0] == '=' || fmt[0] == '@') {
-        fmt++;
-    }
-    Py_ssize_t itemsize = format == 'f' ? 4 : 8;
-    int fmt_ok = format == 'n' ? (strcmp(fmt, "l") == 0 || strcmp(fmt, "q") == 0 || strcmp(fmt, "n") == 0)
-                               : (fmt[0] == format && fmt[1] == '\0');
-    if (!fmt_ok || view->itemsize != itemsize) {
-        PyErr_Format(PyExc_TypeError, "%s: expected a contiguous %s buffer, got format '%s'", name,
-                     format == 'f' ? "float32" : (format == 'd' ? "float64" : "intp"), view->format ? view->format : "B");
-        PyBuffer_Release(view);
-        return -1;
-    }
+    const Py_ssize_t itemsize = view->itemsize;
     Py_ssize_t items = view->len / itemsize;
     if (count >= 0 && items != count) {
         PyErr_Format(PyExc_ValueError, "%s: %zd values, expected %zd", name, items, count);

@@ -20,30 +20,10 @@
  * interpolation with the operation order of the NumPy path (lerp along rows, then columns).
  * Built with -ffp-contract=off so that no multiply-add is fused and the rounding matches NumPy.
  */
-#define PY_SSIZE_T_CLEAN
-#include <Python.h>
+#include "_buffers.h"
 #include <math.h>
 
 static const double EDGE_EPS = 1e-9;
-
-static int get_buffer(PyObject *obj, Py_buffer *view, const char *name, const char *format, Py_ssize_t itemsize,
-                      int writable) {
-    int flags = PyBUF_C_CONTIGUOUS | PyBUF_FORMAT | (writable ? PyBUF_WRITABLE : 0);
-    if (PyObject_GetBuffer(obj, view, flags) < 0) {
-        return -1;
-    }
-    const char *fmt = view->format ? view->format : "B";
-    if (fmt[0] == '<' || fmt[0] == '=' || fmt[0] == '@') {
-        fmt++;
-    }
-    if (view->itemsize != itemsize || strcmp(fmt, format) != 0) {
-        PyErr_Format(PyExc_TypeError, "%s: expected a contiguous buffer of '%s' (%zd-byte items), got '%s'", name,
-                     format, itemsize, view->format ? view->format : "B");
-        PyBuffer_Release(view);
-        return -1;
-    }
-    return 0;
-}
 
 static PyObject *bilinear_interior(PyObject *module, PyObject *const *args, Py_ssize_t nargs) {
     (void)module;
@@ -73,14 +53,14 @@ static PyObject *bilinear_interior(PyObject *module, PyObject *const *args, Py_s
     }
 
     Py_buffer vb, pb, ob;
-    if (get_buffer(args[0], &vb, "values", "f", 4, 0) < 0) {
+    if (get_typed_buffer(args[0], &vb, "values", 'f', 0) < 0) {
         return NULL;
     }
-    if (get_buffer(args[1], &pb, "points", "d", 8, 0) < 0) {
+    if (get_typed_buffer(args[1], &pb, "points", 'd', 0) < 0) {
         PyBuffer_Release(&vb);
         return NULL;
     }
-    if (get_buffer(args[2], &ob, "out", "d", 8, 1) < 0) {
+    if (get_typed_buffer(args[2], &ob, "out", 'd', 1) < 0) {
         PyBuffer_Release(&vb);
         PyBuffer_Release(&pb);
         return NULL;
