@@ -103,6 +103,21 @@ class CommandSchedule:
         i = self.index_at(t)
         return (0.0, 0.0, 0.0) if i is None else self.segments[i].command
 
+    def last_change_before(self, t: float) -> float | None:
+        """Script time of the last change of the command at or before ``t`` (the start at 0
+        counts when its command is not zero); None if the command has not changed by then."""
+        last, previous = None, (0.0, 0.0, 0.0)
+        for s in self.segments:
+            if s.start > t:
+                break
+            if s.command != previous:
+                last = s.start
+            previous = s.command
+        end = float(self._ends[-1])
+        if end <= t and previous != (0.0, 0.0, 0.0):
+            last = end  # the script ends: zero command
+        return last
+
     def truncated(self, length: float) -> CommandSchedule:
         """The segments that start before ``length``, the last one cut at ``length``."""
         kept = []

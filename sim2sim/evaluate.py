@@ -13,10 +13,11 @@ Each policy runs two 60 s command sequences (after standing up), on flat ground:
 
 Violations are the violation monitor's (the same definitions as the training costs and the
 offline statistics): per policy step, "some leg joint above the limit", counted per 20 s episode
-as the paper reports them. The bar for a candidate against the baseline (``--baseline``):
-settled forward error below 0.2 m/s, no fall in the reference sequence (falls in the full-range
-one are reported beside it), and joint-speed violations
-per episode at least 10 times fewer than the baseline's over both sequences together (not
+as the paper reports them. Each violation event is also sorted by its start: within 0.5 s after a
+step of the velocity command (a reaction's transient) or elsewhere. The bar for a candidate
+against the baseline (``--baseline``): settled forward error below 0.2 m/s, no fall in the
+reference sequence (falls in the full-range one are reported beside it), and joint-speed
+violations per episode at least 10 times fewer than the baseline's over both sequences together (not
 demonstrable when the baseline has none). Writes ``OUT/evaluation.md`` and ``OUT/evaluation.json``.
 """
 
@@ -25,7 +26,7 @@ from __future__ import annotations
 import argparse
 import json
 import sys
-from dataclasses import dataclass
+from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
 
@@ -68,6 +69,8 @@ class PolicyScore:
     violations_per_episode: dict[str, dict[str, float]]  # sequence -> quantity -> per 20 s episode
     violating_steps: dict[str, dict[str, int]]  # sequence -> quantity -> policy steps
     policy_steps: dict[str, int]
+    # sequence -> quantity -> violation events after_command_step / elsewhere / before_policy
+    violation_onsets: dict[str, dict[str, dict[str, int]]] = field(default_factory=dict)
     episode_steps: float = 1000.0  # policy steps per episode (the monitor's 20 s at 50 Hz)
 
     def total_per_episode(self, quantity: str) -> float:
@@ -76,6 +79,11 @@ class PolicyScore:
         if not steps:
             return float("nan")
         return sum(v[quantity] for v in self.violating_steps.values()) / steps * self.episode_steps
+
+    def onsets(self, quantity: str) -> tuple[int, int]:
+        """(violation events starting within 0.5 s after a command step, all events), all sequences."""
+        counts = [o.get(quantity, {}) for o in self.violation_onsets.values()]
+        return sum(c.get("after_command_step", 0) for c in counts), sum(sum(c.values()) for c in counts)
 
 
 def evaluate_policy(name: str, path: Path, progress: bool = False) -> PolicyScore:
@@ -94,6 +102,7 @@ def evaluate_policy(name: str, path: Path, progress: bool = False) -> PolicyScor
         score.violations_per_episode[sequence] = {q: float(x) for q, x in v["violations_per_episode"].items()}
         score.violating_steps[sequence] = {q: int(x) for q, x in v["violating_policy_steps"].items()}
         score.policy_steps[sequence] = int(v["policy_steps"])
+        score.violation_onsets[sequence] = result.violation_onsets
         score.episode_steps = float(v["episode_s"]) / float(v["policy_dt"])
         if sequence == "reference" and errors.get("forward"):
             score.forward_error = float(errors["forward"][0])
@@ -128,8 +137,9 @@ def _fmt(x: float | None, digits: int = 2) -> str:
 def markdown(scores: list[PolicyScore], checks: dict[str, dict[str, Any]]) -> str:
     lines = [
         "| policy | forward 1.0 m/s vx err | sideways 0.5 m/s vy err | turning 1.0 rad/s yaw err "
-        "| falls (ref / full) | joint-speed viol./episode (ref / full / all) | torque viol./episode (ref / full) |",
-        "| --- | --- | --- | --- | --- | --- | --- |",
+        "| falls (ref / full) | joint-speed viol./episode (ref / full / all) | torque viol./episode (ref / full) "
+        "| joint-speed events after a command step / all |",
+        "| --- | --- | --- | --- | --- | --- | --- | --- |",
     ]
     for s in scores:
         ref = s.segment_errors.get("reference", {})
@@ -141,7 +151,8 @@ def markdown(scores: list[PolicyScore], checks: dict[str, dict[str, Any]]) -> st
             f"| {s.falls.get('reference', 0)} / {s.falls.get('full_range', 0)} "
             f"| {_fmt(vpe['reference']['velocity'])} / {_fmt(vpe['full_range']['velocity'])} / "
             f"{_fmt(s.total_per_episode('velocity'))} "
-            f"| {_fmt(vpe['reference']['effort'])} / {_fmt(vpe['full_range']['effort'])} |"
+            f"| {_fmt(vpe['reference']['effort'])} / {_fmt(vpe['full_range']['effort'])} "
+            f"| {'{} / {}'.format(*s.onsets('velocity'))} |"
         )
     if checks:
         lines += [

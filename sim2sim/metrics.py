@@ -5,7 +5,9 @@ vx, vy and yaw rate) at every control period the controller spends in POLICY; th
 ``settle`` seconds of each segment are reported separately, since a step in the command needs
 time to be followed.
 
-Joint-limit violations are counted by the runtime's own monitor core (:mod:`aow_policy.monitor`).
+Joint-limit violations are counted by the runtime's own monitor core (:mod:`aow_policy.monitor`);
+:class:`ViolationOnsets` sorts its events by when they start: within ``window`` seconds after a
+step of the velocity command (the transient of a reaction to it), or elsewhere.
 """
 
 from __future__ import annotations
@@ -136,3 +138,26 @@ def as_plain(obj: Any) -> Any:
     if isinstance(obj, float) and not math.isfinite(obj):
         return None
     return obj
+
+
+COMMAND_STEP_WINDOW = 0.5  # s after a command change in which a violation counts as its transient
+
+
+class ViolationOnsets:
+    """Violation events per quantity, split by whether they start within ``window`` seconds after
+    a change of the scripted command (``after_command_step``) or not (``elsewhere``); events before
+    the controller entered POLICY are ``before_policy``."""
+
+    def __init__(self, schedule: CommandSchedule, window: float = COMMAND_STEP_WINDOW):
+        self.schedule, self.window = schedule, window
+        self.counts: dict[str, dict[str, int]] = {}
+
+    def add(self, quantity: str, start: float, policy_start: float | None) -> None:
+        if policy_start is None or start < policy_start:
+            where = "before_policy"
+        else:
+            script_time = start - policy_start
+            change = self.schedule.last_change_before(script_time)
+            where = "after_command_step" if change is not None and script_time - change < self.window else "elsewhere"
+        bucket = self.counts.setdefault(quantity, {"after_command_step": 0, "elsewhere": 0, "before_policy": 0})
+        bucket[where] += 1

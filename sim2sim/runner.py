@@ -49,6 +49,7 @@ from sim2sim.metrics import (
     FallEvent,
     SegmentResult,
     SegmentTracker,
+    ViolationOnsets,
     as_plain,
 )
 from sim2sim.recorder import BagRecorder
@@ -116,6 +117,9 @@ class Sim2SimResult:
     storage: str | None = None
     commands_refused_by_hardware: int = 0
     worst_violations: list[dict[str, Any]] = field(default_factory=list)  # largest overruns, events as dicts
+    # violation events per quantity: after_command_step (start within 0.5 s of a command change),
+    # elsewhere, before_policy (sim2sim.metrics.ViolationOnsets)
+    violation_onsets: dict[str, dict[str, int]] = field(default_factory=dict)
     controller_loop: dict[str, float] = field(default_factory=dict)  # core.step compute time (LoopStats)
 
     @property
@@ -169,6 +173,13 @@ class Sim2SimResult:
             f"policy steps with any violation: {v['violating_policy_steps']['any']} of {v['policy_steps']} "
             f"({v['violations_per_episode']['any']:.2f} per 20 s episode)"
         )
+        if self.violation_onsets:
+            parts = []
+            for quantity, label in (("velocity", "joint speed"), ("effort", "joint torque")):
+                c = self.violation_onsets.get(quantity)
+                if c:
+                    parts.append(f"{label} {c['after_command_step']} of {sum(c.values())}")
+            lines.append(f"violation events starting within 0.5 s after a command step: {', '.join(parts)}")
         if self.worst_violations:
             e = self.worst_violations[0]
             lines.append(
@@ -308,10 +319,12 @@ def run(
     # The violation monitor node's core, fed the published JointState messages as that node is.
     monitor = ViolationMonitor(robot)
     worst_events: list[ViolationEvent] = []
+    onsets = ViolationOnsets(schedule)
 
     def monitor_joint_state(msg: Any, t: float) -> None:
         for event in monitor.update_joint_state(msg, t):
             _keep_worst(worst_events, event)
+            onsets.add(event.quantity, event.start, policy_start)
 
     bus.subscribe(topics.joint_states, monitor_joint_state)
 
@@ -367,6 +380,7 @@ def run(
                     bar.refresh()
         for event in monitor.finish():
             _keep_worst(worst_events, event)
+            onsets.add(event.quantity, event.start, policy_start)
         if recorder is not None:
             bag_path = recorder.close()
     except BaseException:
@@ -392,6 +406,7 @@ def run(
         transitions=[(t, s.value, why) for t, s, why in core.transitions],
         violations=monitor.summary(),
         worst_violations=[e.to_dict() for e in worst_events],
+        violation_onsets=onsets.counts,
         controller_loop=loop.summary(),
         message_counts=dict(bus.counts),
         bag=bag_path,

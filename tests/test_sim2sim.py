@@ -178,6 +178,9 @@ def test_a_leg_step_beyond_the_torque_limit_is_reported_by_the_monitor(tmp_path)
     worst = result.worst_violations[0]
     assert worst["quantity"] == "effort" and worst["limit"] == 75.0 and worst["peak"] > 75.0
     assert worst["start"] >= 0.5  # not before the policy started
+    onsets = result.violation_onsets["effort"]
+    assert sum(onsets.values()) == v["events"]["effort"]  # every event sorted once
+    assert onsets["after_command_step"] == 0  # the command is zero throughout: no step to react to
 
 
 def test_no_partial_bag_remains_when_a_run_fails(exported_policy, tmp_path, monkeypatch):

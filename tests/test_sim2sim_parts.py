@@ -26,9 +26,10 @@ from sim2sim.commands import (
     default_schedule,
     load_script,
     parse_script,
+    segments_from_records,
 )
 from sim2sim.hardware import HardwareConfig, SimHardware, steps_between
-from sim2sim.metrics import FallCriteria, FallDetector, SegmentTracker
+from sim2sim.metrics import FallCriteria, FallDetector, SegmentTracker, ViolationOnsets
 from sim2sim.recorder import BagRecorder, RecorderError
 from sim2sim.world import HeightField, World, build_world
 from training.sim.model import build_spec, model_info
@@ -322,3 +323,33 @@ def test_compressed_mcap_round_trip(tmp_path):
         got = [(t, reader.deserialize(raw, c.msgtype)) for c, t, raw in reader.messages()]
     assert len(got) == 10 and got[0][0] == 1_500_000_000
     np.testing.assert_array_equal(got[3][1].position, np.arange(16.0))
+
+
+def test_last_command_change_skips_repeated_commands_and_sees_the_script_end():
+    schedule = segments_from_records(
+        [
+            {"duration": 2.0},  # zero: no change at 0
+            {"duration": 1.0, "vx": 1.0},  # change at 2
+            {"duration": 1.0, "vx": 1.0},  # the same command: no change at 3
+            {"duration": 1.0, "yaw_rate": 0.5},  # change at 4
+        ]
+    )
+    assert schedule.last_change_before(1.0) is None
+    assert schedule.last_change_before(2.0) == 2.0
+    assert schedule.last_change_before(3.5) == 2.0
+    assert schedule.last_change_before(4.2) == 4.0
+    assert schedule.last_change_before(6.0) == 5.0  # the script ended: zero command from 5 s
+
+
+def test_violation_onsets_sorts_events_by_time_since_the_last_command_step():
+    schedule = segments_from_records([{"duration": 2.0, "vx": 1.0}, {"duration": 2.0, "vx": -1.0}])
+    onsets = ViolationOnsets(schedule, window=0.5)
+    policy_start = 10.0
+    onsets.add("velocity", 9.0, policy_start)  # standing up
+    onsets.add("velocity", 10.2, policy_start)  # 0.2 s after the first command
+    onsets.add("velocity", 11.0, policy_start)  # settled
+    onsets.add("velocity", 12.49, policy_start)  # 0.49 s after the reversal
+    onsets.add("effort", 12.6, policy_start)
+    onsets.add("effort", 13.0, None)  # POLICY never reached
+    assert onsets.counts["velocity"] == {"after_command_step": 2, "elsewhere": 1, "before_policy": 1}
+    assert onsets.counts["effort"] == {"after_command_step": 0, "elsewhere": 1, "before_policy": 1}
