@@ -116,7 +116,7 @@ class HeightScanner:
         self._wsum = np.empty(n)
         self._lo = np.empty((2, n), dtype=np.intp)  # floor of k: rows ix0, iy0
         self._geometry: tuple[int, ...] | None = None
-        self._table_layer: GridMapLayer | None = None
+        self._bound_layer: GridMapLayer | None = None
         self._numpy_layer: GridMapLayer | None = None
         self._row_pairs_all = self._col_pairs_all = np.empty((2, 0), dtype=np.intp)
         self._row_pairs = self._col_pairs = np.empty((2, 0), dtype=np.intp)
@@ -138,7 +138,7 @@ class HeightScanner:
 
     def _bind_layer(self, layer: GridMapLayer) -> None:
         """Per-map constants of scan()'s affine map, its interior test and the C fast path."""
-        self._table_layer = layer
+        self._bound_layer = layer
         self._numpy_layer = None  # the NumPy path's tables are taken when it first runs on this map
         res = layer.resolution
         self._inv_resolution = 1.0 / res
@@ -189,7 +189,7 @@ class HeightScanner:
         base_x, base_y, base_yaw = float(base_x), float(base_y), float(base_yaw)  # no numpy scalars below
         if not (math.isfinite(base_x) and math.isfinite(base_y) and math.isfinite(base_yaw)):
             raise HeightScanError(f"base pose is not finite: x={base_x}, y={base_y}, yaw={base_yaw}")
-        if layer is not self._table_layer:
+        if layer is not self._bound_layer:
             self._bind_layer(layer)
         c, s = math.cos(base_yaw), math.sin(base_yaw)
         # Unwrapped continuous index of a point p: k = (corner_centre - p) / res, where the corner
