@@ -94,7 +94,7 @@ static PyTypeObject KernelType = {
     .tp_dealloc = (destructor)kernel_dealloc,
     .tp_call = (ternaryfunc)kernel_call,
     .tp_flags = Py_TPFLAGS_DEFAULT,
-    .tp_doc = "A controller kernel bound to its buffers; call it with no arguments.",
+    .tp_doc = "A kernel bound to its buffers; call it with no arguments (odometry, grid_map: the message).",
 };
 
 /* Acquires args[i] as a C-contiguous buffer of `format` with `count` items (-1: any count) into
@@ -148,17 +148,18 @@ static Kernel *new_kernel(int kind) {
     return k;
 }
 
-static PyObject *check_args(Py_ssize_t nargs, Py_ssize_t expected, const char *name) {
+/* 0, or -1 with a TypeError when a binder got the wrong number of arguments */
+static int check_args(Py_ssize_t nargs, Py_ssize_t expected, const char *name) {
     if (nargs != expected) {
         PyErr_Format(PyExc_TypeError, "%s() takes %zd arguments (%zd given)", name, expected, nargs);
-        return NULL;
+        return -1;
     }
-    return Py_None;
+    return 0;
 }
 
 static PyObject *bind_plausible_copy(PyObject *module, PyObject *const *args, Py_ssize_t nargs) {
     (void)module;
-    if (check_args(nargs, 4, "plausible_copy") == NULL) {
+    if (check_args(nargs, 4, "plausible_copy") < 0) {
         return NULL;
     }
     Kernel *k = new_kernel(PLAUSIBLE_COPY);
@@ -177,7 +178,7 @@ static PyObject *bind_plausible_copy(PyObject *module, PyObject *const *args, Py
 
 static PyObject *bind_observation(PyObject *module, PyObject *const *args, Py_ssize_t nargs) {
     (void)module;
-    if (check_args(nargs, 9, "observation") == NULL) {
+    if (check_args(nargs, 9, "observation") < 0) {
         return NULL;
     }
     Kernel *k = new_kernel(OBSERVATION);
@@ -212,7 +213,7 @@ static PyObject *bind_observation(PyObject *module, PyObject *const *args, Py_ss
 
 static PyObject *bind_action_targets(PyObject *module, PyObject *const *args, Py_ssize_t nargs) {
     (void)module;
-    if (check_args(nargs, 13, "action_targets") == NULL) {
+    if (check_args(nargs, 13, "action_targets") < 0) {
         return NULL;
     }
     Kernel *k = new_kernel(ACTION_TARGETS);
@@ -360,7 +361,7 @@ static int read_floats(PyObject *obj, PyObject **names, int count, double *out) 
 
 static PyObject *bind_odometry(PyObject *module, PyObject *const *args, Py_ssize_t nargs) {
     (void)module;
-    if (check_args(nargs, 6, "odometry") == NULL) {
+    if (check_args(nargs, 6, "odometry") < 0) {
         return NULL;
     }
     Kernel *k = new_kernel(ODOMETRY);
@@ -491,7 +492,7 @@ static int borrow_doubles(PyObject *obj, Py_buffer *view) {
  * a contiguous float64 buffer (nothing written: the caller's general path converts it). */
 static PyObject *gather_joint_state(PyObject *module, PyObject *const *args, Py_ssize_t nargs) {
     (void)module;
-    if (check_args(nargs, 6, "gather_joint_state") == NULL) {
+    if (check_args(nargs, 6, "gather_joint_state") < 0) {
         return NULL;
     }
     const Py_ssize_t count = PyLong_AsSsize_t(args[4]);
@@ -545,7 +546,7 @@ static PyObject *gather_joint_state(PyObject *module, PyObject *const *args, Py_
                     row[i] = src[idx[i]];
                 }
                 code |= f == 0 ? 0 : (1L << (f - 1));
-            } else if (f > 0 && (f < held)) {
+            } else if (f > 0 && f < held) { /* an empty optional field */
                 for (Py_ssize_t i = 0; i < n; i++) {
                     row[i] = NAN;
                 }
@@ -565,7 +566,7 @@ static PyObject *gather_joint_state(PyObject *module, PyObject *const *args, Py_
 
 static PyObject *bind_grid_map(PyObject *module, PyObject *const *args, Py_ssize_t nargs) {
     (void)module;
-    if (check_args(nargs, 3, "grid_map") == NULL) {
+    if (check_args(nargs, 3, "grid_map") < 0) {
         return NULL;
     }
     if (!PyUnicode_Check(args[0]) || !PyType_Check(args[1])) {
