@@ -211,3 +211,5 @@ class PointMassCostEnv(gym.Env):
 
 if "AoWPointMassCost-v0" not in gym.registry:
     gym.register("AoWPointMassCost-v0", entry_point=PointMassCostEnv, max_episode_steps=64)
+
+import training.benchmarks  # noqa: E402, F401 (registers the Safety-Gymnasium velocity tasks)
