@@ -32,6 +32,7 @@ import numpy as np
 from aow_policy.fileio import atomic_output, atomic_write_bytes
 from training.algorithms import ALGORITHMS
 from training.config import ConfigError, TrainConfig, apply_override
+from training.train import COST_LIMIT_HELP
 
 DISPLAY_NAMES = {
     "ppo": "PPO (unconstrained)",
@@ -199,6 +200,7 @@ def build_parser() -> argparse.ArgumentParser:
     p.add_argument("--num-envs", type=int, help="environments per run (default: the config's)")
     p.add_argument("--steps-per-env", type=int, help="rollout length per environment")
     p.add_argument("--device", help="cpu or cuda")
+    p.add_argument("--cost-limit", type=float, metavar="COST_PER_EPISODE", help=COST_LIMIT_HELP)
     p.add_argument("--config", type=Path, help="base YAML config (a TrainConfig)")
     p.add_argument("--set", action="append", default=[], metavar="KEY=VALUE", help="config override (repeatable)")
     p.add_argument(
@@ -234,7 +236,12 @@ def run_configs(args: argparse.Namespace, algos: list[str], seeds: list[int]) ->
         per_algo.setdefault(algo, []).append(f"algo_params.{assignment}")
     base = load_config_yaml(args.config).to_dict() if args.config else TrainConfig().to_dict()
     base.update(task=args.task, iterations=args.iterations)
-    for flag, field in (("num_envs", "num_envs"), ("steps_per_env", "num_steps_per_env"), ("device", "device")):
+    for flag, field in (
+        ("num_envs", "num_envs"),
+        ("steps_per_env", "num_steps_per_env"),
+        ("device", "device"),
+        ("cost_limit", "episode_cost_limit"),
+    ):
         if getattr(args, flag) is not None:
             base[field] = getattr(args, flag)
     for a in args.env_override:

@@ -140,9 +140,23 @@ class KappaParams:
     kappa_max: float = 1.0
     kappa_init: float | None = None  # None: kappa_max / 2 (the appendix's 0.1 -> 0.2 ratio)
     kappa_growth: float = 1.0004
-    cost_limit: float = 0.0
+    cost_limit: float = 0.0  # eps in the internal unit (discounted cost return J_C); see --cost-limit
+    # Raise kappa by this factor per rollout while the constraint is violated (0: the paper's
+    # schedule only), up to kappa_adapt_max (training/algorithms/np3o.py).
+    kappa_adapt: float = 0.0
+    kappa_adapt_max: float = 20.0
 
     def validate(self, prefix: str) -> None:
+        _check(
+            _finite(self.kappa_adapt) and 0 <= self.kappa_adapt < 1,
+            f"{prefix}.kappa_adapt",
+            f"must be in [0, 1), got {self.kappa_adapt!r}",
+        )
+        _check(
+            _positive(self.kappa_adapt_max),
+            f"{prefix}.kappa_adapt_max",
+            f"must be positive, got {self.kappa_adapt_max!r}",
+        )
         _check(_positive(self.kappa_max), f"{prefix}.kappa_max", f"must be positive, got {self.kappa_max!r}")
         if self.kappa_init is not None:
             _check(_positive(self.kappa_init), f"{prefix}.kappa_init", f"must be positive, got {self.kappa_init!r}")
@@ -238,8 +252,14 @@ class TrainConfig:
     device: str = "cpu"
     backend: str = "mujoco"
     save_interval: int = 50
-    # Per cost group limit overriding the algorithm's cost_limit: {"limits": 0.0}.
+    # Per cost group limit overriding the algorithm's cost_limit: {"limits": 0.0}. Internal unit:
+    # the discounted cost return J_C (see ``cost_limit_from_episode_cost``).
     cost_limits: dict[str, float] = field(default_factory=dict)
+    # THE command-line convention (``--cost-limit``): the expected cost per episode of every cost
+    # group, summed undiscounted over one full episode of the task (max_episode_length steps), as
+    # Safety-Gymnasium and OmniSafe state their cost_limit. Every algorithm gets the same internal
+    # eps = episode_cost_limit / (T (1 - gamma)). None: the algorithm's own cost_limit (internal unit).
+    episode_cost_limit: float | None = None
     env_overrides: dict[str, Any] = field(default_factory=dict)
     network: NetworkConfig = field(default_factory=NetworkConfig)
     ppo: PPOConfig = field(default_factory=PPOConfig)
@@ -270,6 +290,18 @@ class TrainConfig:
         _check(isinstance(self.cost_limits, dict), "cost_limits", "must be a mapping {group: limit}")
         for group, limit in self.cost_limits.items():
             _check(_nonneg(limit), f"cost_limits.{group}", f"must be >= 0, got {limit!r}")
+        if self.episode_cost_limit is not None:
+            _check(
+                _nonneg(self.episode_cost_limit),
+                "episode_cost_limit",
+                f"must be >= 0 (cost per episode), got {self.episode_cost_limit!r}",
+            )
+            _check(
+                not self.cost_limits,
+                "episode_cost_limit",
+                "give either episode_cost_limit (--cost-limit, per episode) or cost_limits (per group, internal "
+                "unit), not both",
+            )
         _check(isinstance(self.env_overrides, dict), "env_overrides", "must be a mapping")
         _check(
             self.init_from is None or (isinstance(self.init_from, str) and bool(self.init_from)),
@@ -311,6 +343,23 @@ class TrainConfig:
             raise ConfigError(f"algo: unknown algorithm {algo!r} (known: {sorted(ALGO_PARAMS)})")
         cfg.algo_params = _build(ALGO_PARAMS[algo], params or {}, "algo_params.")
         return cfg
+
+
+def cost_limit_from_episode_cost(episode_cost: float, episode_length: int, gamma: float) -> float:
+    """Per-episode cost limit -> the internal eps every algorithm compares J_C with.
+
+    J_C (training.algorithms.base) is the discounted cost-to-go averaged over the visited states,
+    time-outs bootstrapped, so a policy that spends ``episode_cost`` per episode of
+    ``episode_length`` steps at a constant rate c = episode_cost / episode_length has
+    J_C = c / (1 - gamma). Example: 25 per 1000-step episode with gamma = 0.99 gives eps = 2.5."""
+    if not (episode_length > 0 and 0 < gamma < 1):
+        raise ValueError(f"episode_length must be > 0 and gamma in (0, 1), got {episode_length}, {gamma}")
+    return float(episode_cost) / float(episode_length) / (1.0 - float(gamma))
+
+
+def episode_cost_from_cost_limit(cost_return: float, episode_length: int, gamma: float) -> float:
+    """The inverse of :func:`cost_limit_from_episode_cost`: J_C (or eps) in cost per episode."""
+    return float(cost_return) * (1.0 - float(gamma)) * float(episode_length)
 
 
 def _plain(x: Any) -> Any:

@@ -39,7 +39,13 @@ import torch
 from aow_policy.fileio import atomic_write_text
 from training.algorithms import ALGORITHMS, NonFiniteLossError, make_algorithm
 from training.checkpoint import CheckpointError, latest_checkpoint, load_checkpoint, save_checkpoint
-from training.config import ConfigError, TrainConfig, save_config_yaml
+from training.config import (
+    ConfigError,
+    TrainConfig,
+    cost_limit_from_episode_cost,
+    episode_cost_from_cost_limit,
+    save_config_yaml,
+)
 from training.distributed import DistContext, local_device, split_envs
 from training.networks import ActorCritic, ObsNormalizer, convert_legacy_cost_critics
 from training.storage import RolloutStorage
@@ -204,8 +210,9 @@ class Runner:
         if cfg.init_from and not resume:
             self._init_from(Path(cfg.init_from))
         self.dist.broadcast_module(self.model)
-        default_limit = getattr(cfg.algo_params, "cost_limit", 0.0)
-        limits = [float(cfg.cost_limits.get(g, default_limit)) for g in self.group_names[:model_groups]]
+        self.episode_length = getattr(env, "max_episode_length", None)
+        self.cost_limits = self.internal_cost_limits(cfg, self.group_names, self.episode_length)
+        limits = [self.cost_limits[g] for g in self.group_names[:model_groups]]
         self.algo = make_algorithm(
             cfg.algo,
             self.model,
@@ -236,6 +243,21 @@ class Runner:
             if self.run_dir is None:
                 raise TrainingError("resume needs a run directory")
             self._resume()
+
+    @staticmethod
+    def internal_cost_limits(cfg: TrainConfig, groups: list[str], episode_length: int | None) -> dict[str, float]:
+        """eps per cost group in the internal unit (the discounted cost return J_C), the same for
+        every algorithm: ``cfg.episode_cost_limit`` (cost per episode) converted, else the
+        per-group ``cost_limits``, else the algorithm's ``cost_limit`` (0 for PPO)."""
+        if cfg.episode_cost_limit is not None:
+            if not episode_length:
+                raise ConfigError(
+                    f"episode_cost_limit: task {cfg.task!r} has no max_episode_length to convert a per-episode limit"
+                )
+            eps = cost_limit_from_episode_cost(cfg.episode_cost_limit, int(episode_length), cfg.ppo.gamma)
+            return dict.fromkeys(groups, eps)
+        default = float(getattr(cfg.algo_params, "cost_limit", 0.0))
+        return {g: float(cfg.cost_limits.get(g, default)) for g in groups}
 
     # ---- checkpoints -------------------------------------------------------------------------
 
@@ -538,6 +560,14 @@ class Runner:
         record.update(episodes)
         record.update(cost_rates)
         record.update(stats)
+        if self.episode_length:  # J_C and eps also in the command line's unit, cost per episode
+            T, gamma = int(self.episode_length), self.cfg.ppo.gamma
+            for g, eps in self.cost_limits.items():
+                record[f"cost_limit_per_episode/{g}"] = episode_cost_from_cost_limit(eps, T, gamma)
+                if f"cost_return/{g}" in stats:
+                    record[f"cost_return_per_episode/{g}"] = episode_cost_from_cost_limit(
+                        stats[f"cost_return/{g}"], T, gamma
+                    )
         steps = self.cfg.num_envs * self.cfg.num_steps_per_env
         record.update(
             {"time/collection_s": collect_s, "time/update_s": update_s, "time/steps_per_s": steps / collect_s}
@@ -568,17 +598,27 @@ def tensorboard_tag(key: str) -> str:
         "loss": "Loss",
         "time": "Perf",
         "cost_return": "Constraint/J_C",
+        "cost_limit": "Constraint/eps",
+        "cost_return_over_limit": "Constraint/J_C_over_eps",
+        "constraint_gap": "Constraint/J_C_minus_eps",
+        "cost_return_per_episode": "Constraint/J_C_per_episode",
+        "cost_limit_per_episode": "Constraint/eps_per_episode",
         "cost_adv_mean": "Constraint/adv_mean",
         "cost_adv_std": "Constraint/adv_std",
+        "adv_corr": "Constraint/adv_corr",
         "violation": "Constraint/violation",
+        "violation_active": "Constraint/violation_active",
+        "violation_offset": "Constraint/violation_offset",
+        "violation_offset_raw": "Constraint/violation_offset_raw",
         "lambda": "Penalty/lambda",
         "nu": "Penalty/nu",
+        "kappa_eff": "Penalty/kappa_eff",
         "grad_norm": "GradNorm",
     }
     if head in sections and rest:
         return f"{sections[head]}/{rest}"
-    if key == "kappa":
-        return "Penalty/kappa"
+    if key in ("kappa", "penalty", "penalty_share"):
+        return f"Penalty/{key}"
     if key in ("kl", "learning_rate", "action_std", "entropy_coef"):
         return f"Policy/{key}"
     return f"Algo/{key}"

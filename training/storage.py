@@ -35,6 +35,7 @@ class Batch:
     cost_returns: torch.Tensor  # [B, G]
     advantages: torch.Tensor  # [B] raw reward advantages
     cost_advantages: torch.Tensor  # [B, G] raw cost advantages
+    cost_rate: torch.Tensor | None = None  # [G] mean cost per step of the rollout (the sampled costs)
 
     @property
     def size(self) -> int:
@@ -68,10 +69,12 @@ class RolloutStorage:
         self.dones = torch.zeros(T, N, **z)
         self.returns = torch.zeros(T, N, 1 + G, **z)
         self.advantages = torch.zeros(T, N, 1 + G, **z)
+        self.cost_sum = torch.zeros(G, **z)  # the sampled costs of the rollout, per group
         self.step = 0
 
     def clear(self) -> None:
         self.step = 0
+        self.cost_sum.zero_()
 
     @torch.no_grad()
     def add(
@@ -112,6 +115,7 @@ class RolloutStorage:
             boot[:, 1:] = bootstrap_cost_values
         self.signals[t, :, 0] = rewards
         self.signals[t, :, 1:] = costs_by_group
+        self.cost_sum += costs_by_group.sum(0)
         self.signals[t] += gamma * time_outs.to(boot.dtype).unsqueeze(-1) * boot
         self.dones[t] = dones.to(self.dones.dtype)
         self.step += 1
@@ -153,6 +157,7 @@ class RolloutStorage:
             cost_returns=flat(self.returns[..., 1:]),
             advantages=flat(self.advantages[..., 0]),
             cost_advantages=flat(self.advantages[..., 1:]),
+            cost_rate=self.cost_sum / float(B),
         )
 
 

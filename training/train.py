@@ -4,6 +4,7 @@ Examples::
 
     aow-train --task aow_flat --algo np3o --num-envs 4096 --iterations 1500 --seed 0 --run-dir runs/np3o
     aow-train --task toy_speed_limit --algo ppo_lag --num-envs 64 --iterations 100 --run-dir runs/toy
+    aow-train --task gym:AoWSafetyHopperVelocity-v1 --algo np3o --cost-limit 25 --num-envs 32 --steps-per-env 64
     aow-train --resume runs/np3o --iterations 3000          # continue to 3000 iterations in total
     aow-train --task aow_flat --algo ppo --env-override rewards.constraint_rewards=true   # PPO baseline
     aow-train --task aow_flat --algo np3o --init-from policies/aow_flat_np3o/model_212.pt \
@@ -38,7 +39,18 @@ FLAG_FIELDS = {
     "steps_per_env": "num_steps_per_env",
     "save_interval": "save_interval",
     "init_from": "init_from",
+    "cost_limit": "episode_cost_limit",
 }
+
+
+COST_LIMIT_HELP = (
+    "constraint limit of every cost group, as the expected cost PER EPISODE (the undiscounted sum of "
+    "the costs over one full episode of the task, T = max_episode_length steps; Safety-Gymnasium's and "
+    "OmniSafe's cost_limit, e.g. 25 per 1000-step episode). Every algorithm gets the same internal eps "
+    "= COST / (T (1 - gamma)), the discounted cost return J_C of a policy spending COST per episode at a "
+    "constant rate (25 per 1000 steps, gamma 0.99: eps = 2.5). Default: each algorithm's own "
+    "algo_params.cost_limit, already in that internal unit (the paper's Table III values)"
+)
 
 
 def build_parser() -> argparse.ArgumentParser:
@@ -67,6 +79,12 @@ def build_parser() -> argparse.ArgumentParser:
         "--init-from",
         metavar="CHECKPOINT",
         help="start the networks from this checkpoint's weights (a new run: iteration 0, fresh optimizer)",
+    )
+    p.add_argument(
+        "--cost-limit",
+        type=float,
+        metavar="COST_PER_EPISODE",
+        help=COST_LIMIT_HELP,
     )
     p.add_argument("--config", type=Path, help="YAML config (a TrainConfig; flags and --set override it)")
     p.add_argument(

@@ -24,6 +24,15 @@ Rollout statistics (reduced over all ranks, so identical everywhere):
   ``R_C,t = A_C,t + V_C(s_t)``, i.e. the discounted cost-to-go from the states the policy
   visits (time-outs bootstrapped with the cost critic). (1 - gamma) * J_C is then the
   per-step cost rate the constraint terms use.
+- the correlation of the reward and cost advantages per group (``adv_corr``);
+- the sampled cost rate per group: ``cost_rate / (1 - gamma)`` estimates the same J_C without the
+  cost critic (logged as ``cost_return_sampled``; a lagging critic makes the GAE estimate low).
+
+Every constrained algorithm logs the same diagnostics per cost group (``constraint_diagnostics``:
+J_C, eps, J_C / eps, J_C - eps, mu, sigma, the normalized and raw constant part of L^VIOL, the
+correlation) and ``penalty_share``: w / (1 + w), with w the weight of the (normalized) cost
+advantages against the reward advantages' 1 in the policy gradient of the step (kappa where the
+ReLU is active, lambda, nu, ...); 0 means the cost does not act on the policy at all.
 """
 
 from __future__ import annotations
@@ -59,6 +68,11 @@ class RolloutStats:
     cost_adv_std: torch.Tensor  # [G]  sigma_C
     cost_return: torch.Tensor  # [G]  J_C
     num_samples: int
+    # [G] correlation of the reward and cost advantages over the rollout (None: not computed)
+    adv_corr: torch.Tensor | None = None
+    # [G] mean sampled cost per step of the rollout (None: not recorded); cost_rate / (1 - gamma)
+    # is a critic-free estimate of J_C (the discounted cost-to-go of a stationary rollout)
+    cost_rate: torch.Tensor | None = None
 
 
 def rollout_statistics(batch: Batch, dist: DistContext) -> RolloutStats:
@@ -67,12 +81,17 @@ def rollout_statistics(batch: Batch, dist: DistContext) -> RolloutStats:
     cadv = batch.cost_advantages.double()
     both = torch.cat([adv, cadv], dim=-1)  # [B, 1 + G]
     G = cadv.shape[-1]
+    rate = getattr(batch, "cost_rate", None)
+    rate_sums = (rate.double() * both.shape[0]) if rate is not None else torch.zeros(G, dtype=torch.float64)
+    rate_sums = rate_sums.to(both.device)
     sums = torch.cat(
         [
             torch.tensor([float(both.shape[0])], dtype=torch.float64, device=both.device),
             both.sum(0),
             both.square().sum(0),
             batch.cost_returns.double().sum(0),
+            (adv * cadv).sum(0),
+            rate_sums,
         ]
     )
     dist.all_reduce_sum(sums)
@@ -82,13 +101,17 @@ def rollout_statistics(batch: Batch, dist: DistContext) -> RolloutStats:
     var = ((sq - n * mean.square()) / (n - 1).clamp(min=1)).clamp(min=0)
     std = var.sqrt() + ADV_EPS
     dtype = batch.advantages.dtype
+    cross = sums[3 + 3 * G : 3 + 4 * G]
+    cov = (cross - n * mean[0] * mean[1:]) / (n - 1).clamp(min=1)
     return RolloutStats(
         adv_mean=mean[0].to(dtype),
         adv_std=std[0].to(dtype),
         cost_adv_mean=mean[1:].to(dtype),
         cost_adv_std=std[1:].to(dtype),
-        cost_return=(sums[3 + 2 * G :] / n).to(dtype),
+        cost_return=(sums[3 + 2 * G : 3 + 3 * G] / n).to(dtype),
         num_samples=int(n.item()),
+        adv_corr=(cov / (std[0] * std[1:])).clamp(-1.0, 1.0).to(dtype),
+        cost_rate=(sums[3 + 4 * G :] / n).to(dtype) if rate is not None else None,
     )
 
 
@@ -463,13 +486,52 @@ class ConstrainedPPO:
                 "action_std": float(self.model.actor.log_std.detach().exp().mean()),
             }
         )
-        stats, G = prep.stats, self.num_cost_groups
-        rows = torch.stack([stats.cost_return[:G], stats.cost_adv_mean[:G], stats.cost_adv_std[:G]]).tolist()
+        out.update(self.constraint_diagnostics(prep.stats))
+        out.update(self.penalty_scalars())
+        return out
+
+    def constraint_diagnostics(self, stats: RolloutStats) -> dict[str, float]:
+        """Per cost group: J_C against eps (``cost_return``, ``cost_limit``, their ratio when eps > 0
+        and the gap J_C - eps), the cost advantages' mu and sigma, the normalized constant part of
+        L_C^VIOL,N (``violation_offset``: what the paper's ReLU sees) next to its unnormalized
+        counterpart (1 - gamma)(J_C - eps), and the correlation of reward and cost advantages."""
+        G = self.num_cost_groups
+        if not G:
+            return {}
+        corr = stats.adv_corr[:G] if stats.adv_corr is not None else torch.full((G,), float("nan"))
+        gap = stats.cost_return[:G] - self.cost_limits
+        offset = losses.normalized_violation_offset(
+            stats.cost_return[:G], self.cost_limits, stats.cost_adv_mean[:G], stats.cost_adv_std[:G], self.cfg.gamma
+        )
+        rows = torch.stack(
+            [
+                stats.cost_return[:G],
+                self.cost_limits,
+                gap,
+                stats.cost_adv_mean[:G],
+                stats.cost_adv_std[:G],
+                offset,
+                (1.0 - self.cfg.gamma) * gap,
+                corr.to(gap),
+            ]
+        ).tolist()
+        out: dict[str, float] = {}
         for g, group in enumerate(self.group_names):
             out[f"cost_return/{group}"] = rows[0][g]
-            out[f"cost_adv_mean/{group}"] = rows[1][g]
-            out[f"cost_adv_std/{group}"] = rows[2][g]
-        out.update(self.penalty_scalars())
+            out[f"cost_limit/{group}"] = rows[1][g]
+            if rows[1][g] > 0:
+                out[f"cost_return_over_limit/{group}"] = rows[0][g] / rows[1][g]
+            out[f"constraint_gap/{group}"] = rows[2][g]
+            out[f"cost_adv_mean/{group}"] = rows[3][g]
+            out[f"cost_adv_std/{group}"] = rows[4][g]
+            out[f"violation_offset/{group}"] = rows[5][g]
+            out[f"violation_offset_raw/{group}"] = rows[6][g]
+            if math.isfinite(rows[7][g]):
+                out[f"adv_corr/{group}"] = rows[7][g]
+        if stats.cost_rate is not None:
+            sampled = (stats.cost_rate[:G] / (1.0 - self.cfg.gamma)).tolist()
+            for g, group in enumerate(self.group_names):
+                out[f"cost_return_sampled/{group}"] = sampled[g]
         return out
 
     def _raise_non_finite(self, iteration: int, index: int, names: list[str], record: list[float]) -> None:

@@ -32,8 +32,11 @@ class CRPO(ConstrainedPPO):
             return ctx.stats.cost_return + shift / (1.0 - ctx.gamma)
 
     def policy_loss(self, ctx: MinibatchContext) -> torch.Tensor:
-        violated = self.constraint_estimates(ctx) > ctx.cost_limits
+        estimates = self.constraint_estimates(ctx)
+        violated = estimates > ctx.cost_limits
         ctx.info["reward_step"] = (~violated.any()).float()
+        ctx.info["penalty_share"] = violated.any().float()  # a cost step: the cost alone acts
+        ctx.info["violation"] = estimates - ctx.cost_limits  # J_C(pi') - eps per group
         if bool(violated.any()):
             return (ctx.cost_surrogates * violated).sum()
         return -ctx.reward_surrogate

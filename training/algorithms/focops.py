@@ -39,6 +39,8 @@ class FOCOPS(ConstrainedPPO):
         combined = ctx.advantages - (ctx.cost_advantages * self.nu).sum(-1)
         inside = (kl.detach() <= p.kl_bound).to(kl.dtype)
         ctx.info["inside_fraction"] = inside.mean()
+        weight = self.nu.sum()
+        ctx.info["penalty_share"] = weight / (1.0 + weight)
         return ((kl - ctx.ratio * combined / p.temperature) * inside).mean()
 
     def penalty_scalars(self) -> dict[str, float]:

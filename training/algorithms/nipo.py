@@ -36,4 +36,11 @@ class NIPO(ConstrainedPPO):
         penalty = torch.where(satisfied, barrier, recovery).sum()
         ctx.info["penalty"] = penalty  # logged under no_grad: no copy needed
         ctx.info["satisfied_fraction"] = satisfied.float().mean()
+        ctx.info["violation"] = viol  # L^VIOL,N per group
+        with torch.no_grad():  # d penalty / d L_C^CLIP,N: the barrier's slope, or lambda_rec
+            slope = torch.where(
+                satisfied, 1.0 / (self.params.barrier_k * (-viol).clamp(min=1e-6)), self.params.recovery_coef
+            )
+            weight = slope.sum()
+            ctx.info["penalty_share"] = weight / (1.0 + weight)
         return -reward + penalty

@@ -22,11 +22,25 @@ reaches it after ln 2 / ln 1.0004 = 1733 iterations. Table III reports one kappa
 so the defaults are kappa_max = 1 (N-P3O) or 120 (P3O), kappa_init = kappa_max / 2,
 kappa_growth = 1.0004. The appendix's literal numbers are kappa_init = 0.1, kappa_max = 0.2;
 kappa_growth = 1 gives a constant kappa = kappa_init.
+
+``kappa_adapt`` (0 by default: the paper's schedule) makes kappa an exact penalty whose weight
+is raised until it is large enough: per cost group, kappa_i = schedule_i * scale_i, and after
+every rollout scale_i *= 1 + kappa_adapt while the sampled constraint estimate
+cost_rate_i / (1 - gamma) exceeds eps_i, else scale_i = max(1, scale_i * (1 - kappa_adapt)),
+with kappa_i capped at ``kappa_adapt_max``. Why: P3O's penalty max(0, L^VIOL) is exact only when
+kappa exceeds the constraint's optimal Lagrange multiplier; normalizing the cost advantages
+fixes kappa's scale against the reward's (kappa = 1: equal weights) but not that multiplier. An
+active penalty's gradient is kappa times that of the normalized cost surrogate whatever the size
+of the violation (the constant part of L^VIOL,N only switches the ReLU, and its division by
+sigma_C shrinks as the violation grows), so a task whose reward pays for the cost more than
+kappa penalizes it (a velocity limit on a task that rewards speed) keeps breaking the constraint
+at any J_C (docs/benchmarks.md). The sampled cost rate, not the GAE estimate J_C, decides
+"violated": a lagging cost critic makes J_C low.
 """
 
 from __future__ import annotations
 
-from typing import ClassVar
+from typing import Any, ClassVar
 
 import torch
 
@@ -42,6 +56,8 @@ class NP3O(ConstrainedPPO):
     def __init__(self, *args, **kwargs):
         super().__init__(*args, **kwargs)
         self.kappa = self.kappa_at(0)
+        # [G] multiplier of the scheduled kappa per group (``kappa_adapt``; stays 1 without it)
+        self.kappa_scale = torch.ones(self.num_cost_groups, device=self.device)
 
     @property
     def kappa_init(self) -> float:
@@ -54,6 +70,25 @@ class NP3O(ConstrainedPPO):
 
     def begin_update(self, stats: RolloutStats, iteration: int) -> None:
         self.kappa = self.kappa_at(iteration)
+        p, G = self.params, self.num_cost_groups
+        if p.kappa_adapt > 0:
+            if stats.cost_rate is not None:
+                estimate = stats.cost_rate[:G] / (1.0 - self.cfg.gamma)
+            else:
+                estimate = stats.cost_return[:G]
+            violated = estimate > self.cost_limits
+            up = self.kappa_scale * (1.0 + p.kappa_adapt)
+            down = (self.kappa_scale * (1.0 - p.kappa_adapt)).clamp(min=1.0)
+            cap = p.kappa_adapt_max / max(self.kappa, 1e-12)
+            self.kappa_scale = torch.where(violated, up, down).clamp(max=max(cap, 1.0))
+
+    def cost_advantage_scale(self, stats: RolloutStats) -> torch.Tensor | float:
+        """Scale of the cost advantages in the loss relative to normalized ones (1: normalized)."""
+        return 1.0
+
+    def kappas(self) -> torch.Tensor:
+        """The penalty weight of every cost group, [G]: the scheduled kappa times its scale."""
+        return self.kappa * self.kappa_scale
 
     def violations(self, ctx: MinibatchContext) -> torch.Tensor:
         """L_C^VIOL,N per cost group, [G]."""
@@ -62,10 +97,26 @@ class NP3O(ConstrainedPPO):
     def policy_loss(self, ctx: MinibatchContext) -> torch.Tensor:
         reward = ctx.reward_surrogate
         viol = self.violations(ctx)
-        penalty = self.kappa * torch.relu(viol).sum()
+        kappas = self.kappas()
+        penalty = (kappas * torch.relu(viol)).sum()
+        with torch.no_grad():
+            weight = (kappas * (viol > 0) * self.cost_advantage_scale(ctx.stats)).sum()
+            ctx.info["penalty_share"] = weight / (1.0 + weight)
+            ctx.info["violation_active"] = (viol > 0).float()
         ctx.info["penalty"] = penalty  # logged under no_grad: no copy needed
         ctx.info["violation"] = viol  # one value per cost group
         return -reward + penalty
 
     def penalty_scalars(self) -> dict[str, float]:
-        return {"kappa": float(self.kappa)}
+        out = {"kappa": float(self.kappa)}
+        if self.params.kappa_adapt > 0:
+            for name, k in zip(self.group_names, self.kappas().tolist(), strict=True):
+                out[f"kappa_eff/{name}"] = k
+        return out
+
+    def extra_state(self) -> dict[str, Any]:
+        return {"kappa_scale": self.kappa_scale.detach().cpu().clone()}
+
+    def load_extra_state(self, state: dict[str, Any]) -> None:
+        if "kappa_scale" in state:  # checkpoints from before kappa_adapt hold none (scale 1)
+            self.kappa_scale = state["kappa_scale"].to(self.device).clone()

@@ -15,13 +15,16 @@ from typing import ClassVar
 import torch
 
 from training.algorithms import losses
-from training.algorithms.base import MinibatchContext
+from training.algorithms.base import MinibatchContext, RolloutStats
 from training.algorithms.np3o import NP3O
 
 
 class P3O(NP3O):
     name: ClassVar[str] = "p3o"
     normalize_cost_advantages: ClassVar[bool] = False
+
+    def cost_advantage_scale(self, stats: RolloutStats) -> torch.Tensor | float:
+        return stats.cost_adv_std[: self.num_cost_groups]  # raw cost advantages: sigma times normalized
 
     def violations(self, ctx: MinibatchContext) -> torch.Tensor:
         return losses.violation(ctx.cost_surrogates, ctx.stats.cost_return, ctx.cost_limits, ctx.gamma)

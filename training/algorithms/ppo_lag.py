@@ -45,8 +45,11 @@ class PPOLagrangian(ConstrainedPPO):
 
     def policy_loss(self, ctx: MinibatchContext) -> torch.Tensor:
         reward = ctx.reward_surrogate
-        penalty = (self.multipliers * ctx.cost_surrogates).sum()
+        multipliers = self.multipliers
+        penalty = (multipliers * ctx.cost_surrogates).sum()
         ctx.info["penalty"] = penalty  # logged under no_grad: no copy needed
+        weight = multipliers.sum()
+        ctx.info["penalty_share"] = weight / (1.0 + weight)
         return -reward + penalty
 
     def penalty_scalars(self) -> dict[str, float]:
