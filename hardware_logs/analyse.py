@@ -60,18 +60,20 @@ def hist_max(robot: Robot, quantity: str) -> np.ndarray:
     return 1.5 * np.fmax(actuator, np.where(np.isfinite(constraint), constraint, 0.0))
 
 
+def diagnostics_state(msg: Any) -> str | None:
+    """The controller state a DiagnosticArray reports (the value of its first ``state`` key), or None."""
+    for status in msg.status:
+        for kv in status.values:
+            if kv.key == STATE_KEY:
+                return kv.value
+    return None
+
+
 def state_timeline(source: BagSource) -> tuple[np.ndarray, list[str]]:
     """(stamps ns, state) sorted by stamp, consecutive repeats dropped."""
     entries: list[tuple[int, str]] = []
     for bag_time, msg in source.diagnostics():
-        state = None
-        for status in msg.status:
-            for kv in status.values:
-                if kv.key == STATE_KEY:
-                    state = kv.value
-                    break
-            if state is not None:
-                break
+        state = diagnostics_state(msg)
         if state is None:
             continue
         stamp = msg.header.stamp.sec * 1_000_000_000 + msg.header.stamp.nanosec

@@ -1,6 +1,7 @@
 """aow-replay: joint velocity and torque violation statistics from rosbag2 recordings.
 
     aow-replay BAG [BAG ...] [--config ROBOT_YAML] [--topic /joint_states] [--out REPORT_DIR] [--jobs N]
+    aow-replay BAG --video out.mp4 [--video-fps 15] [--video-size 640x480]
 
 Writes REPORT_DIR/summary.json (schema: hardware_logs/schema/summary.schema.json), events.csv and
 PNG plots, and prints a table. Bags are only read. Exit status: 0 when at least one bag was
@@ -19,6 +20,7 @@ from aow_policy.robot import ContractError, load_robot
 from hardware_logs.analyse import BagResult, analyse_bag, merge_bag_results
 from hardware_logs.report import build_summary, format_table, write_events, write_summary
 from hardware_logs.stats import Settings
+from viz.video import add_video_arguments, check_target, options_from_args
 
 
 def build_parser() -> argparse.ArgumentParser:
@@ -48,6 +50,12 @@ def build_parser() -> argparse.ArgumentParser:
     p.add_argument("--no-plots", action="store_true", help="skip the PNG plots")
     p.add_argument("--no-progress", action="store_true", help="no progress bars")
     p.add_argument("--quiet", action="store_true", help="do not print the table")
+    add_video_arguments(
+        p,
+        "the bag (one bag only) on the robot model: joints from the JointState topic, base from /odometry "
+        "(fixed when absent), terrain from /elevation_map, command from /cmd_vel, state from /diagnostics, "
+        "joints coloured during the violation events of this report",
+    )
     return p
 
 
@@ -62,6 +70,15 @@ def run(argv: Sequence[str] | None = None) -> int:
         parser.error("--jobs must be at least 1")
     if args.window_s <= 0 or args.max_gap_s <= 0:
         parser.error("--window-s and --max-gap-s must be positive")
+    video_options = None
+    if args.video is not None:
+        if len(args.bags) != 1:
+            parser.error(f"--video renders one bag, got {len(args.bags)}")
+        try:
+            video_options = options_from_args(args)
+            check_target(args.video)
+        except ValueError as e:
+            parser.error(str(e))
     try:
         robot = load_robot(args.config)
     except ContractError as e:
@@ -102,7 +119,25 @@ def run(argv: Sequence[str] | None = None) -> int:
     if not args.quiet:
         print(format_table(summary))
         print(f"report: {out}/summary.json, events.csv" + ("" if args.no_plots else ", *.png"))
+    if video_options is not None:
+        return _video(args, robot, results[0], video_options)
     return 0 if any(r.ok for r in results) else 1
+
+
+def _video(args: argparse.Namespace, robot: object, result: BagResult, options: object) -> int:
+    from hardware_logs.reader import BagError
+    from hardware_logs.video import ReplayTopics, render_bag
+    from viz.gl import RenderBackendError
+
+    topics = ReplayTopics(joint_states=args.topic, diagnostics=args.diagnostics_topic)
+    try:
+        video = render_bag(args.bags[0], args.video, robot, result, options, topics, args.distro)  # type: ignore[arg-type]
+    except (BagError, RenderBackendError, ValueError) as e:
+        print(f"aow-replay: error: no video: {e}", file=sys.stderr)
+        return 1
+    where = "fixed base (no /odometry)" if video.fixed_base else "base from /odometry"
+    print(f"video: {video.path} ({video.frames} frames, {video.seconds:.1f} s; {where}; {video.terrain})")
+    return 0
 
 
 def _plots(out: Path, results: Sequence[BagResult], velocity: object, torque: object) -> None:

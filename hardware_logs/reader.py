@@ -399,6 +399,22 @@ class BagSource:
         except STORAGE_ERRORS as e:
             self._warn(f"reading {self.diagnostics_topic} stopped early: {_describe(e)}")
 
+    # ---- any topics --------------------------------------------------------------------------
+    def messages(self, topics: Iterator[str] | list[str] | tuple[str, ...]) -> Iterator[tuple[str, int, bytes]]:
+        """(topic, bag time ns, raw CDR) of the named topics in bag order (the video reads several at once).
+
+        Topics not in the bag are left out; a storage error ends the messages with a warning.
+        """
+        wanted = set(topics)
+        conns = [c for c in self._all_connections if c.topic in wanted]
+        if not conns:
+            return
+        try:
+            for conn, t, raw in self._generic(conns):
+                yield conn.topic, t, raw
+        except STORAGE_ERRORS as e:
+            self._warn(f"reading {sorted(wanted)} stopped early: {_describe(e)}")
+
     # ---- joint states ------------------------------------------------------------------------
     def batches(self) -> Iterator[RawBatch]:
         """Raw JointState messages of the topic in bag-time order, in batches."""

@@ -15,6 +15,8 @@ from sim2sim.hardware import HardwareConfig
 from sim2sim.metrics import FallCriteria
 from sim2sim.runner import DISTROS, Sim2SimConfig, run
 from sim2sim.world import TERRAINS
+from viz.gl import RenderBackendError
+from viz.video import add_video_arguments, options_from_args
 
 DESCRIPTION = """\
 Sim-to-sim: the MuJoCo model of the wheeled ANYmal C plays the robot. It publishes real ROS 2
@@ -90,6 +92,11 @@ def build_parser() -> argparse.ArgumentParser:
         "--fall-height", type=float, default=falls.min_height, help="base height above ground, m (default %(default)s)"
     )
     g.add_argument("--fall-tilt", type=float, default=falls.max_tilt, help="base tilt, rad (default %(default)s)")
+    add_video_arguments(
+        p,
+        "the run as it happens (tracking camera; command and measured velocity arrows; joints over a "
+        "speed or torque limit coloured; a strip with time, controller state, command and violation counts)",
+    )
     g = p.add_argument_group("output")
     g.add_argument("--summary", type=Path, help="also write the result as JSON to this file")
     g.add_argument("--json", action="store_true", help="print the result as one JSON object on the last line")
@@ -135,10 +142,17 @@ def main(argv: Sequence[str] | None = None) -> int:
         return 2
     try:
         config = config_from_args(args)
+        video_options = options_from_args(args) if args.video is not None else None
         result = run(
-            args.policy, commands=args.commands, record=args.record, config=config, progress=not args.no_progress
+            args.policy,
+            commands=args.commands,
+            record=args.record,
+            config=config,
+            progress=not args.no_progress,
+            video=args.video,
+            video_options=video_options,
         )
-    except (CommandScriptError, FileNotFoundError, ValueError, RuntimeError) as e:
+    except (CommandScriptError, FileNotFoundError, ValueError, RuntimeError, RenderBackendError) as e:
         print(f"aow-sim2sim: error: {e}", file=sys.stderr)
         return 2
     print(result.format())

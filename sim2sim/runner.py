@@ -54,6 +54,7 @@ from sim2sim.metrics import (
 )
 from sim2sim.recorder import BagRecorder
 from sim2sim.world import RoughTerrainConfig, build_world
+from viz.video import VideoOptions, check_target
 
 DISTROS = {"humble": Stores.ROS2_HUMBLE, "jazzy": Stores.ROS2_JAZZY}
 CONTROLLER_STATUS_NAME = "/controller_node: controller"  # what the controller node names its status
@@ -121,6 +122,8 @@ class Sim2SimResult:
     # elsewhere, before_policy (sim2sim.metrics.ViolationOnsets)
     violation_onsets: dict[str, dict[str, int]] = field(default_factory=dict)
     controller_loop: dict[str, float] = field(default_factory=dict)  # core.step compute time (LoopStats)
+    video: Path | None = None  # --video: the MP4 file written
+    video_frames: int = 0
 
     @property
     def fell(self) -> bool:
@@ -129,6 +132,7 @@ class Sim2SimResult:
     def to_dict(self) -> dict[str, Any]:
         d = as_plain(self)
         d["bag"] = str(self.bag) if self.bag else None
+        d["video"] = str(self.video) if self.video else None
         d["fell"] = self.fell
         return d
 
@@ -196,6 +200,8 @@ class Sim2SimResult:
         lines.append(f"messages: {counts}")
         if self.bag:
             lines.append(f"bag: {self.bag} ({self.storage})")
+        if self.video:
+            lines.append(f"video: {self.video} ({self.video_frames} frames)")
         return "\n".join(lines)
 
 
@@ -270,6 +276,8 @@ def run(
     config: Sim2SimConfig | None = None,
     robot: Robot | None = None,
     progress: bool = False,
+    video: str | os.PathLike[str] | None = None,
+    video_options: VideoOptions | None = None,
     **overrides: Any,
 ) -> Sim2SimResult:
     """Run an exported policy in sim-to-sim; see the module docstring.
@@ -278,6 +286,8 @@ def run(
     keyword ``overrides`` replace fields of ``config`` (:class:`Sim2SimConfig`). ``commands``: a
     script path, a :class:`CommandSchedule`, a list of segment mappings, or None for the default
     sequence filling the time after standing up. ``record``: a new bag directory to write.
+    ``video``: a new MP4 file the run is rendered to as it happens (:mod:`sim2sim.video`), with
+    ``video_options`` (frame rate in simulated time, size; :class:`viz.video.VideoOptions`).
     """
     cfg = config if config is not None else Sim2SimConfig()
     if duration is not None:
@@ -285,6 +295,10 @@ def run(
     if overrides:
         cfg = replace(cfg, **overrides)
     cfg.validate()
+    if video is not None:
+        video = check_target(video)
+        video_options = video_options if video_options is not None else VideoOptions()
+        video_options.validate()
     robot = robot if robot is not None else load_robot(cfg.robot_path)
     runner = PolicyRunner.load(policy, robot)
     controller_cfg = ControllerConfig.from_mapping({**cfg.controller, "stand_up_duration": cfg.stand_up})
@@ -331,6 +345,10 @@ def run(
     tracker = SegmentTracker(schedule, policy_dt, cfg.settle)
     falls = FallDetector(cfg.falls)
     recorder = BagRecorder(record, typestore, cfg.storage, cfg.bag_version, cfg.compress) if record else None
+    video_out: SimVideo | None = None
+    video_path: Path | None = None
+    video_frames = 0
+    command_now: tuple[float, float, float] | None = None  # the last /cmd_vel published
     bar = None
     if progress:
         from tqdm import tqdm
@@ -347,6 +365,10 @@ def run(
         if recorder is not None:
             recorder.open()
             bus.tap(recorder.write)
+        if video is not None:
+            from sim2sim.video import SimVideo  # the renderer and encoder load only when asked for
+
+            video_out = SimVideo(video, video_options, hardware, robot)
         for _ in range(total_steps):
             hardware.step()  # applies the latest joint command
             k, t = hardware.step_count, hardware.time
@@ -355,7 +377,8 @@ def run(
                 bus.publish(topics.diagnostics, diagnostics_msg(factory, core, loop, t), t)
             if k % cmd_every == 0:
                 script_time = t - policy_start if policy_start is not None else -1.0
-                bus.publish(topics.cmd_vel, twist_msg(factory, *schedule.command_at(script_time)), t)
+                command_now = schedule.command_at(script_time)
+                bus.publish(topics.cmd_vel, twist_msg(factory, *command_now), t)
             if k % control_every == 0:
                 # the node's auto_start: ~/start once fresh joint states are in; never again after that
                 if auto_start and core.fault is None and t >= next_start:
@@ -378,14 +401,21 @@ def run(
                 if bar is not None and k % (control_every * 25) == 0:
                     bar.n = round(t, 3)
                     bar.refresh()
+            if video_out is not None:
+                video_out.step(t, core.state.value, command_now, monitor)
         for event in monitor.finish():
             _keep_worst(worst_events, event)
             onsets.add(event.quantity, event.start, policy_start)
         if recorder is not None:
             bag_path = recorder.close()
+        if video_out is not None:
+            video_frames = video_out.frames
+            video_path, video_out = video_out.close(), None
     except BaseException:
         if recorder is not None:
             recorder.abort()
+        if video_out is not None:
+            video_out.abort()
         raise
     finally:
         if bar is not None:
@@ -412,4 +442,6 @@ def run(
         bag=bag_path,
         storage=cfg.storage if bag_path else None,
         commands_refused_by_hardware=hardware.commands_refused,
+        video=video_path,
+        video_frames=video_frames,
     )
