@@ -15,18 +15,16 @@ from __future__ import annotations
 import sys
 from typing import Any
 
-import rclpy
 from geometry_msgs.msg import Twist
 from grid_map_msgs.msg import GridMap
 from nav_msgs.msg import Odometry
-from rclpy.executors import ExternalShutdownException
 from rclpy.node import Node
 from rclpy.parameter import Parameter
 from rclpy.qos import QoSProfile, ReliabilityPolicy, qos_profile_sensor_data
 from rosgraph_msgs.msg import Clock
 from sensor_msgs.msg import JointState
 
-from aow_policy.node_support import declare_parameters, rclpy_message_factory
+from aow_policy.node_support import declare_parameters, rclpy_message_factory, run_node
 from aow_policy.robot import load_robot
 from sim2sim.bridge import BRIDGE_PARAMS, CLOCK_TOPIC, BridgeConfig, SimBridge, parameter_overrides
 from sim2sim.commands import load_script
@@ -98,19 +96,16 @@ class SimBridgeNode(Node):
 
 
 def main(args: list[str] | None = None) -> None:
-    """``aow-sim-bridge [options] [--ros-args ...]``: options set parameters (see ``--help``)."""
+    """``aow-sim-bridge [options] [--ros-args ...]``: options set parameters (see ``--help``).
+
+    Stops cleanly on SIGINT or SIGTERM (exit code 0), as the controller nodes do (``run_node``)."""
     overrides, ros_args = parameter_overrides(sys.argv[1:] if args is None else args)
-    rclpy.init(args=["aow-sim-bridge", *ros_args])
-    node = None
-    try:
-        node = SimBridgeNode(parameter_overrides=[Parameter(name, value=value) for name, value in overrides.items()])
-        rclpy.spin(node)
-    except (KeyboardInterrupt, ExternalShutdownException):
-        pass
-    finally:
-        if node is not None:
-            node.destroy_node()
-        rclpy.try_shutdown()
+    parameters = [Parameter(name, value=value) for name, value in overrides.items()]
+    sys.exit(
+        run_node(
+            "sim_bridge", lambda: SimBridgeNode(parameter_overrides=parameters), args=["aow-sim-bridge", *ros_args]
+        )
+    )
 
 
 if __name__ == "__main__":

@@ -12,14 +12,13 @@ sends one DAMPING command. Parameters: :data:`aow_policy.node_support.CONTROLLER
 from __future__ import annotations
 
 import gc
+import sys
 import time
 from typing import Any
 
-import rclpy
 from diagnostic_msgs.msg import DiagnosticArray, DiagnosticStatus, KeyValue
 from geometry_msgs.msg import Twist
 from nav_msgs.msg import Odometry
-from rclpy.executors import ExternalShutdownException
 from rclpy.node import Node
 from rclpy.qos import QoSProfile, ReliabilityPolicy, qos_profile_sensor_data
 from sensor_msgs.msg import JointState
@@ -33,9 +32,10 @@ from aow_policy.node_support import (
     CONTROLLER_PARAMS,
     controller_diagnostics,
     declare_parameters,
-    init_keeping_context_on_sigint,
     rclpy_message_factory,
+    run_node,
     split_joint_list,
+    wait_for_delivery,
 )
 from aow_policy.policy import PolicyRunner
 from aow_policy.realtime import enable_realtime, parse_cpus
@@ -170,29 +170,42 @@ class ControllerNode(Node):
 
     def shutdown(self) -> None:
         """Leave the robot damped: one DAMPING command before the node goes away."""
+        if not self.context.ok():
+            self.get_logger().error("the ROS context is gone: no last DAMPING command could be sent")
+            return
         now = self.now()
         self.core.stop(now, reason="node shutting down")
         command = self.core.step(now)
         if command.has_measurement:
             self._publish(command)
+            for publisher in self._command_publishers():
+                wait_for_delivery(publisher)
+            self.get_logger().info("sent the last DAMPING command")
+
+    def _command_publishers(self) -> list[Any]:
+        if self.params["output_mode"] == "ros2_control":
+            return [self.leg_pub, self.wheel_pub]
+        return [self.command_pub]
+
+
+def _freeze_and_build() -> ControllerNode:
+    node = ControllerNode()
+    gc.freeze()  # start-up objects leave the collected generations: shorter GC pauses in the loop
+    return node
 
 
 def main(args: list[str] | None = None) -> None:
-    init_keeping_context_on_sigint(args)
-    node = None
-    try:
-        node = ControllerNode()
-        gc.freeze()  # start-up objects leave the collected generations: shorter GC pauses in the loop
-        node.apply_realtime()  # the executor (and so the control timer) runs in this thread
-        rclpy.spin(node)
-    except (KeyboardInterrupt, ExternalShutdownException):
-        pass
-    finally:
-        if node is not None:
-            if rclpy.ok():
-                node.shutdown()
-            node.destroy_node()
-        rclpy.try_shutdown()
+    """Spin until SIGINT/SIGTERM, then send one DAMPING command (node_support.run_node)."""
+    sys.exit(
+        run_node(
+            "controller_node",
+            _freeze_and_build,
+            # the executor thread runs the control timer: it gets the real-time scheduling
+            on_spin_start=lambda node: node.apply_realtime(),
+            on_stop=lambda node: node.shutdown(),
+            args=args,
+        )
+    )
 
 
 if __name__ == "__main__":

@@ -8,7 +8,7 @@ anywhere; the ``*_node`` modules are the only ones that import rclpy at the top.
 
 from __future__ import annotations
 
-from collections.abc import Mapping, Sequence
+from collections.abc import Callable, Mapping, Sequence
 from dataclasses import dataclass, fields
 from typing import Any
 
@@ -184,8 +184,8 @@ def declare_parameters(node: Any, specs: Sequence[ParamSpec]) -> dict[str, Any]:
 
 
 def init_keeping_context_on_sigint(args: list[str] | None = None) -> None:
-    """rclpy.init without rclpy's SIGINT handler: Ctrl-C raises KeyboardInterrupt while the context
-    is still valid, so a node can still publish its last command (the controller's DAMPING)."""
+    """rclpy.init without rclpy's signal handlers: a signal must not shut the context down before a
+    node has published its last command (the controller's DAMPING); :func:`run_node` handles them."""
     import rclpy
 
     try:
@@ -194,6 +194,118 @@ def init_keeping_context_on_sigint(args: list[str] | None = None) -> None:
         rclpy.init(args=args)
         return
     rclpy.init(args=args, signal_handler_options=SignalHandlerOptions.NO)
+
+
+# Errors a node's constructor raises for bad configuration (a missing or unloadable policy, a bad
+# parameter, a bad robot contract): reported as one line, without a traceback, exit code 1.
+STARTUP_ERRORS = (OSError, ValueError, RuntimeError, ImportError)
+STOP_SIGNALS = ("SIGINT", "SIGTERM")
+
+
+def run_node(
+    name: str,
+    create: Callable[[], Any],
+    *,
+    on_spin_start: Callable[[Any], None] | None = None,
+    on_stop: Callable[[Any], None] | None = None,
+    args: list[str] | None = None,
+    join_timeout: float = 2.0,
+) -> int:
+    """Run a node until SIGINT or SIGTERM, then stop it in order; returns the process exit code.
+
+    Why not ``rclpy.spin`` with KeyboardInterrupt: a signal raised as an exception lands wherever
+    the main thread happens to be, inside rclpy's message conversion (``take_message``: "Unable to
+    convert call argument") or inside the clean-up after a first signal (launch forwards a second
+    SIGINT when the whole process group was signalled), and SIGTERM (systemd, docker) killed the
+    process before it sent its last command. Here the executor spins in its own thread; the main
+    thread only waits for a stop signal. The first SIGINT or SIGTERM stops the executor after the
+    callback in progress, then ``on_stop(node)`` runs with the context still valid (the controller sends
+    its DAMPING command, the monitor writes its summary), and the node is destroyed. Later signals
+    are ignored. Exit code 0 after a signal or an external rclpy shutdown; 1 if the node could not
+    be built (one log line naming the reason, no traceback) or a callback raised.
+
+    ``on_spin_start(node)`` runs in the executor thread before it spins (real-time scheduling of
+    the thread that runs the control timer).
+    """
+    import signal
+    import threading
+
+    import rclpy
+    from rclpy.executors import ExternalShutdownException, SingleThreadedExecutor
+
+    init_keeping_context_on_sigint(args)
+    logger = rclpy.logging.get_logger(name)
+    stop = threading.Event()
+    received: list[str] = []
+
+    wake: list[Any] = []  # the guard condition that wakes the executor, while it exists
+
+    def request_stop(signum: int, frame: Any) -> None:
+        received.append(signal.Signals(signum).name)
+        if stop.is_set():
+            return  # a second signal (launch forwards SIGINT to a group that got it already): ignored
+        stop.set()
+        for guard in wake:
+            guard.trigger()
+
+    previous = {sig: signal.signal(getattr(signal, sig), request_stop) for sig in STOP_SIGNALS}
+    try:
+        try:
+            node = create()
+        except STARTUP_ERRORS as e:
+            logger.fatal(f"cannot start: {e}")
+            return 1
+        if stop.is_set():  # a signal during start-up: nothing has been commanded yet
+            node.destroy_node()
+            return 0
+        wake.append(node.create_guard_condition(lambda: None))
+        executor = SingleThreadedExecutor()
+        executor.add_node(node)
+        failure: list[BaseException] = []
+
+        def spin() -> None:
+            try:
+                if on_spin_start is not None:
+                    on_spin_start(node)
+                while not stop.is_set() and rclpy.ok():
+                    executor.spin_once(timeout_sec=0.5)
+            except ExternalShutdownException:
+                pass
+            except Exception as e:  # a failing callback: stop (the robot is damped by on_stop)
+                failure.append(e)
+                logger.fatal(f"stopping after an error in a callback: {type(e).__name__}: {e}")
+            finally:
+                stop.set()
+
+        spinner = threading.Thread(target=spin, name=f"{name}_executor", daemon=True)
+        spinner.start()
+        while not stop.wait(0.5):  # interruptible: the signal handler runs here, in the main thread
+            pass
+        spinner.join(join_timeout)
+        if spinner.is_alive():
+            logger.error(f"the executor did not stop within {join_timeout} s; stopping anyway")
+        if received:
+            logger.info(f"{received[0]} received: stopping")
+        wake.clear()
+        if on_stop is not None:
+            on_stop(node)
+        executor.remove_node(node)
+        node.destroy_node()
+        return 1 if failure else 0
+    finally:
+        rclpy.try_shutdown()
+        for sig, handler in previous.items():
+            signal.signal(getattr(signal, sig), handler)
+
+
+def wait_for_delivery(publisher: Any, timeout: float = 0.5) -> None:
+    """Wait until reliable subscribers acknowledged what ``publisher`` sent (best effort): the last
+    command must reach the driver before the node destroys its publisher."""
+    from rclpy.duration import Duration
+
+    wait = getattr(publisher, "wait_for_all_acked", None)
+    if wait is not None:
+        wait(Duration(nanoseconds=int(timeout * 1e9)))
 
 
 def rclpy_message_factory(with_grid_map: bool = False) -> Any:

@@ -10,11 +10,10 @@ Parameters: :data:`aow_policy.node_support.MONITOR_PARAMS`.
 from __future__ import annotations
 
 import gc
+import sys
 from typing import Any
 
-import rclpy
 from diagnostic_msgs.msg import DiagnosticArray, DiagnosticStatus, KeyValue
-from rclpy.executors import ExternalShutdownException
 from rclpy.node import Node
 from rclpy.qos import QoSProfile, qos_profile_sensor_data
 from sensor_msgs.msg import JointState
@@ -25,8 +24,8 @@ from aow_policy.monitor_log import ViolationLog
 from aow_policy.node_support import (
     MONITOR_PARAMS,
     declare_parameters,
-    init_keeping_context_on_sigint,
     monitor_diagnostics,
+    run_node,
 )
 from aow_policy.robot import load_robot
 
@@ -92,20 +91,15 @@ class ViolationMonitorNode(Node):
             )
 
 
+def _freeze_and_build() -> ViolationMonitorNode:
+    node = ViolationMonitorNode()
+    gc.freeze()  # start-up objects leave the collected generations: shorter GC pauses in the loop
+    return node
+
+
 def main(args: list[str] | None = None) -> None:
-    init_keeping_context_on_sigint(args)
-    node = None
-    try:
-        node = ViolationMonitorNode()
-        gc.freeze()  # start-up objects leave the collected generations: shorter GC pauses in the loop
-        rclpy.spin(node)
-    except (KeyboardInterrupt, ExternalShutdownException):
-        pass
-    finally:
-        if node is not None:
-            node.close()  # the summary is written even when the context is already gone
-            node.destroy_node()
-        rclpy.try_shutdown()
+    """Spin until SIGINT/SIGTERM, then write the run's summary (node_support.run_node)."""
+    sys.exit(run_node("violation_monitor_node", _freeze_and_build, on_stop=lambda node: node.close(), args=args))
 
 
 if __name__ == "__main__":

@@ -6,6 +6,11 @@
 
 Arguments (``ros2 launch aow_policy controller.launch.py --show-args``): policy (required),
 robot_config, params_file, namespace, use_monitor, use_sim_time, log_dir.
+
+A policy file that is missing or cannot be loaded ends the launch before any node starts, with one
+line naming the file and the reason. Stopping: Ctrl-C, SIGINT to the launch or its process group,
+or SIGTERM (systemd, docker): each node sends its last command (the controller: DAMPING), the
+monitor writes its summary, every process exits 0; if the controller exits, the launch ends.
 """
 
 from __future__ import annotations
@@ -14,11 +19,14 @@ import os
 
 from ament_index_python.packages import get_package_share_directory
 from launch import LaunchDescription
-from launch.actions import DeclareLaunchArgument
+from launch.actions import DeclareLaunchArgument, EmitEvent, OpaqueFunction
 from launch.conditions import IfCondition
+from launch.events import Shutdown
 from launch.substitutions import LaunchConfiguration
 from launch_ros.actions import Node
 from launch_ros.parameter_descriptions import ParameterValue
+
+from aow_policy.launch_support import check_policy_argument, graceful_sigterm
 
 # name: (default, description); a default of None makes the argument required.
 ARGUMENTS = {
@@ -59,6 +67,8 @@ def generate_launch_description() -> LaunchDescription:
         parameters=[params_file, {**common, "policy": ParameterValue(LaunchConfiguration("policy"), value_type=str)}],
         output="screen",
         emulate_tty=True,
+        # without the controller the launch has no purpose: a policy that cannot be loaded ends it
+        on_exit=EmitEvent(event=Shutdown(reason="controller_node exited")),
     )
     monitor = Node(
         package="aow_policy",
@@ -70,4 +80,13 @@ def generate_launch_description() -> LaunchDescription:
         output="screen",
         emulate_tty=True,
     )
-    return LaunchDescription([*declare_arguments(share), controller, monitor])
+    return LaunchDescription(
+        [
+            *declare_arguments(share),
+            # before any node: a wrong policy:= ends the launch with one line
+            OpaqueFunction(function=check_policy_argument),
+            OpaqueFunction(function=graceful_sigterm),  # SIGTERM stops the nodes as SIGINT does
+            controller,
+            monitor,
+        ]
+    )

@@ -9,18 +9,31 @@ the repository root: ``pip install -e .``); it publishes joint_states, odometry,
 a name on PATH) and ``sim_bridge_args`` adds its arguments (``aow-sim-bridge --help``), e.g.
 ``sim_bridge_args:="--terrain rough --robot /path/aow_c.yaml"``; it runs in ``namespace`` too.
 Arguments: those of controller.launch.py plus sim_bridge_executable, sim_bridge_args, use_bridge.
+The bridge program is looked up before anything starts: when it is not found the launch ends at
+once with one line saying how to point to it. It runs without a shell, so Ctrl-C, SIGINT and
+SIGTERM reach it directly and it stops cleanly; when it exits, the launch ends.
 """
 
 from __future__ import annotations
 
 import os
+import shlex
 
 from ament_index_python.packages import get_package_share_directory
 from launch import LaunchDescription
-from launch.actions import DeclareLaunchArgument, ExecuteProcess, IncludeLaunchDescription
+from launch.actions import (
+    DeclareLaunchArgument,
+    EmitEvent,
+    ExecuteProcess,
+    IncludeLaunchDescription,
+    OpaqueFunction,
+)
 from launch.conditions import IfCondition
+from launch.events import Shutdown
 from launch.launch_description_sources import PythonLaunchDescriptionSource
-from launch.substitutions import LaunchConfiguration, PythonExpression
+from launch.substitutions import LaunchConfiguration
+
+from aow_policy.launch_support import check_policy_argument, resolve_executable
 
 # name: (default, description); a default of None makes the argument required.
 ARGUMENTS = {
@@ -48,27 +61,23 @@ def declare_arguments(share: str) -> list[DeclareLaunchArgument]:
     return actions
 
 
+def sim_bridge(context) -> list:
+    """The bridge as a process of its own (no shell between: signals reach it), found before anything starts."""
+    program = resolve_executable(LaunchConfiguration("sim_bridge_executable").perform(context), "sim_bridge_executable")
+    namespace = LaunchConfiguration("namespace").perform(context).strip("/")
+    cmd = [program, *shlex.split(LaunchConfiguration("sim_bridge_args").perform(context))]
+    if namespace:
+        cmd += ["--ros-args", "-r", f"__ns:=/{namespace}"]
+    # the robot is gone when the bridge exits: end the launch (the controller would only damp)
+    return [
+        ExecuteProcess(
+            cmd=cmd, name="sim_bridge", output="screen", on_exit=EmitEvent(event=Shutdown(reason="sim bridge exited"))
+        )
+    ]
+
+
 def generate_launch_description() -> LaunchDescription:
     share = get_package_share_directory("aow_policy")
-    namespace = LaunchConfiguration("namespace")
-    bridge = ExecuteProcess(
-        # one shell command line: the executable, its free-form arguments, then the namespace
-        cmd=[
-            [
-                LaunchConfiguration("sim_bridge_executable"),
-                " ",
-                LaunchConfiguration("sim_bridge_args"),
-                " ",
-                PythonExpression(
-                    ["'--ros-args -r __ns:=/' + '", namespace, "'.strip('/') if '", namespace, "' else ''"]
-                ),
-            ]
-        ],
-        shell=True,
-        name="sim_bridge",
-        output="screen",
-        condition=IfCondition(LaunchConfiguration("use_bridge")),
-    )
     controller = IncludeLaunchDescription(
         PythonLaunchDescriptionSource(os.path.join(share, "launch", "controller.launch.py")),
         launch_arguments={
@@ -76,4 +85,11 @@ def generate_launch_description() -> LaunchDescription:
             for name in ("policy", "robot_config", "params_file", "namespace", "use_monitor", "use_sim_time", "log_dir")
         }.items(),
     )
-    return LaunchDescription([*declare_arguments(share), bridge, controller])
+    return LaunchDescription(
+        [
+            *declare_arguments(share),
+            OpaqueFunction(function=check_policy_argument),  # before the bridge: one line, nothing started
+            OpaqueFunction(function=sim_bridge, condition=IfCondition(LaunchConfiguration("use_bridge"))),
+            controller,
+        ]
+    )
