@@ -1,4 +1,7 @@
-"""Markers that need something this machine may lack are skipped with the reason printed (-ra)."""
+"""Markers that need something this machine may lack are skipped with the reason printed (-ra).
+
+With AOW_REQUIRE_ROS=1 (CI, which installs ROS 2) the `ros` tests are required: no rclpy is an error,
+and :func:`ros_requirement` turns a missing piece of the ROS set-up into a failure instead of a skip."""
 
 from __future__ import annotations
 
@@ -25,6 +28,9 @@ def _has_cuda() -> bool:
 
 
 def pytest_collection_modifyitems(config: pytest.Config, items: list[pytest.Item]) -> None:
+    if os.environ.get("AOW_REQUIRE_ROS") == "1" and not _has("rclpy"):
+        # CI provisions ROS 2: a ros test must run there, never be skipped
+        raise pytest.UsageError("AOW_REQUIRE_ROS=1 but rclpy is not importable: source the ROS 2 setup.bash first")
     reasons = {
         "ros": None if _has("rclpy") else "rclpy (ROS 2) is not installed here",
         "isaacgym": None if _has("isaacgym") else "isaacgym is not installed here",
@@ -35,3 +41,10 @@ def pytest_collection_modifyitems(config: pytest.Config, items: list[pytest.Item
         for marker, reason in reasons.items():
             if reason and marker in item.keywords:
                 item.add_marker(pytest.mark.skip(reason=reason))
+
+
+def ros_requirement(reason: str) -> None:
+    """Skip a ros test for ``reason`` where ROS 2 is optional; fail it where CI requires ROS 2."""
+    if os.environ.get("AOW_REQUIRE_ROS") == "1":
+        pytest.fail(f"AOW_REQUIRE_ROS=1 but {reason}")
+    pytest.skip(reason)

@@ -67,7 +67,7 @@ def test_sim_launch_hooks_the_bridge_executable_and_includes_the_controller():
     assert 'aow-sim-bridge = "sim2sim.bridge_node:main"' in pyproject  # the executable the hook runs
 
 
-@pytest.mark.skipif(importlib.util.find_spec("launch") is None, reason="ROS 2 launch is not installed here")
+@pytest.mark.ros
 def test_launch_descriptions_build_with_ros_launch(monkeypatch):
     import ament_index_python.packages as ament
 

@@ -1,0 +1,262 @@
+"""The ROS 2 package on a real ROS 2 graph, as an operator runs it (needs ROS 2: `ros` marker).
+
+The package is built with colcon in a temporary overlay and started with ``ros2 launch``; a robot
+stand-in (bench.ros_graph.RobotStandIn) publishes joint states and odometry at 400 Hz and a
+GridMap, calls the services and records the commands and /diagnostics. Each test uses its own
+ROS_DOMAIN_ID, is bounded in time and kills every process it started.
+"""
+
+from __future__ import annotations
+
+import math
+import re
+import subprocess
+import time
+from pathlib import Path
+
+import numpy as np
+import pytest
+import yaml
+
+from aow_policy.monitor_log import read_log
+from aow_policy.robot import load_robot
+from aow_policy.testing import locomotion_layout, policy_contract_for, write_onnx_policy
+from bench import ros_graph
+from tests.conftest import ros_requirement
+
+pytestmark = pytest.mark.ros
+ROBOT = load_robot()
+CONTROL_HZ = 1.0 / ROBOT.rates.policy_dt
+STOP_TIMEOUT = 5.0  # s: every process gone after a stop signal
+
+
+@pytest.fixture(scope="module")
+def overlay(tmp_path_factory):
+    if ros_graph.ros_setup_script() is None:
+        ros_requirement("no ROS 2 installation found")
+    try:
+        python = ros_graph.node_interpreter()
+    except ros_graph.RosGraphError as e:
+        ros_requirement(str(e))
+    return ros_graph.build_overlay(tmp_path_factory.mktemp("overlay"), python)
+
+
+@pytest.fixture(scope="module")
+def scan_policy(tmp_path_factory):
+    path = tmp_path_factory.mktemp("policy") / "scan_policy.onnx"
+    return write_onnx_policy(path, policy_contract_for(ROBOT, locomotion_layout(ROBOT, height_scan=True)))
+
+
+@pytest.fixture(scope="module")
+def fast_params(tmp_path_factory):
+    """The package's parameters with /diagnostics every 0.1 s and monitor summaries every 0.2 s."""
+    params = yaml.safe_load((ros_graph.PACKAGE_SRC / "config" / "controller.yaml").read_text())
+    params["/**/controller_node"]["ros__parameters"]["diagnostics_period"] = 0.1
+    params["/**/violation_monitor_node"]["ros__parameters"]["summary_period"] = 0.2
+    path = tmp_path_factory.mktemp("params") / "controller.yaml"
+    path.write_text(yaml.safe_dump(params))
+    return path
+
+
+def launch(overlay, tmp_path, policy, params, tty=False, **extra):
+    domain = ros_graph.free_domain_id()
+    arguments = {"policy": str(policy), "params_file": str(params), "log_dir": str(tmp_path / "violations"), **extra}
+    process = ros_graph.ros2_launch(
+        overlay, "controller.launch.py", arguments, domain, tmp_path / "launch.log", tty=tty
+    )
+    return process, domain
+
+
+def wait_ready(process, stand_in):
+    assert process.wait_for_output("call ~/start", 30), process.output()
+    assert process.wait_for_output("violation_monitor_node]: watching", 10), process.output()
+    end = time.monotonic() + 10
+    while not stand_in.controller_states() and time.monotonic() < end:
+        time.sleep(0.05)
+    assert stand_in.controller_states(), "no /diagnostics from the controller"
+
+
+def start_policy(stand_in):
+    since = time.monotonic()
+    ok, message = stand_in.call("start")
+    assert ok, message
+    assert stand_in.wait_for_state("POLICY", 6.0, since), [d.values.get("state") for d in stand_in.controller_states()]
+
+
+def is_damping(command, stand_in) -> bool:
+    """DAMPING as a JointState command: the measured positions, zero velocity (README, 'What is sent')."""
+    order = [ROBOT.joint_names.index(n) for n in command.names]
+    measured = stand_in.inputs.position[order]
+    return bool(np.array_equal(command.position, measured) and np.all(command.velocity == 0.0))
+
+
+def assert_clean_stop(process, stand_in, signalled_at, log_dir):
+    code = process.wait(STOP_TIMEOUT)
+    output = process.output()
+    assert code == 0, f"launch exit code {code}\n{output}"
+    assert process.wait_group(STOP_TIMEOUT - (time.monotonic() - signalled_at)), "processes left after the stop"
+    assert time.monotonic() - signalled_at < STOP_TIMEOUT
+    assert "Traceback" not in output, output
+    assert "process has died" not in output, output
+    assert output.count("process has finished cleanly") == 2, output
+    time.sleep(0.2)  # the last command is on its way
+    last = stand_in.commands[-1]
+    assert last.t > signalled_at and is_damping(last, stand_in), "the last command is not DAMPING"
+    assert "sent the last DAMPING command" in output
+    records = read_log(next(Path(log_dir).glob("violations_*.jsonl")))
+    assert records[-1]["type"] == "summary" and records[-1]["samples"] > 0
+
+
+def test_overlay_build_has_both_c_extensions(overlay):
+    built = {
+        p.name.split(".")[0] for p in overlay.glob("install/aow_policy/lib/python3*/site-packages/aow_policy/*.so")
+    }
+    assert built == {"_scan", "_control"}
+
+
+def test_controller_launch_runs_the_policy_and_damps_on_every_fault(overlay, scan_policy, fast_params, tmp_path):
+    process, domain = launch(overlay, tmp_path, scan_policy, fast_params)
+    with process, ros_graph.RobotStandIn(ROBOT, domain) as stand_in:
+        wait_ready(process, stand_in)
+        start_policy(stand_in)
+
+        # 5 s in POLICY: 50 Hz +- 10 %, every command finite and within the contract's limits
+        window_start = time.monotonic()
+        time.sleep(5.0)
+        commands = stand_in.commands_since(window_start)
+        rate = len(commands) / (commands[-1].t - window_start)
+        assert abs(len(commands) - 5.0 * CONTROL_HZ) <= 0.1 * 5.0 * CONTROL_HZ, len(commands)
+        assert abs(rate - CONTROL_HZ) <= 0.1 * CONTROL_HZ, rate
+        positions = np.array([c.position for c in commands])
+        velocities = np.array([c.velocity for c in commands])
+        assert np.isfinite(positions).all() and np.isfinite(velocities).all()
+        order = [ROBOT.joint_names.index(n) for n in commands[0].names]
+        lower, upper = ROBOT.position_lower[order], ROBOT.position_upper[order]
+        legs = np.isfinite(lower)
+        assert (positions[:, legs] >= lower[legs]).all() and (positions[:, legs] <= upper[legs]).all()
+        assert (np.abs(velocities) <= ROBOT.velocity_limits[order]).all()
+        assert not all(is_damping(c, stand_in) for c in commands)  # the policy drove
+
+        # each fault -> DAMPING with the fault named; ~/start recovers
+        faults = {
+            "joint_states": ("joint_states", lambda i, on: setattr(i, "joint_states", on)),
+            "odometry": ("odometry", lambda i, on: setattr(i, "odometry", on)),
+            "elevation_map": ("height_map", lambda i, on: setattr(i, "elevation_map", on)),
+            "nan": ("joint_states", lambda i, on: setattr(i, "nan_in_joint_states", not on)),
+        }
+        for name, (named, switch) in faults.items():
+            since = time.monotonic()
+            switch(stand_in.inputs, False)
+            damped = stand_in.wait_for_state("DAMPING", 3.0, since)
+            assert damped is not None, f"{name}: no DAMPING"
+            assert named in damped.values["fault"], (name, damped.values["fault"])
+            assert damped.level == 2  # ERROR
+            switch(stand_in.inputs, True)
+            time.sleep(0.6)  # fresh inputs again (the map comes at 10 Hz)
+            start_policy(stand_in)
+
+        # ~/stop damps, without a fault
+        since = time.monotonic()
+        assert stand_in.call("stop")[0]
+        stopped = stand_in.wait_for_state("DAMPING", 2.0, since)
+        assert stopped is not None and stopped.values["fault"] == ""
+        time.sleep(0.3)
+        assert is_damping(stand_in.commands[-1], stand_in)
+
+        # shutdown: SIGINT to the launch, from POLICY
+        start_policy(stand_in)
+        signalled_at = time.monotonic()
+        process.signal("sigint")
+        assert_clean_stop(process, stand_in, signalled_at, tmp_path / "violations")
+
+
+@pytest.mark.parametrize("how", ["ctrl-c", "sigint", "sigint-group", "sigterm-group"])
+def test_every_way_of_stopping_the_launch_damps_and_exits_cleanly(overlay, scan_policy, fast_params, tmp_path, how):
+    process, domain = launch(overlay, tmp_path, scan_policy, fast_params, tty=(how == "ctrl-c"))
+    with process, ros_graph.RobotStandIn(ROBOT, domain) as stand_in:
+        wait_ready(process, stand_in)
+        start_policy(stand_in)
+        time.sleep(0.5)  # commands and 400 Hz inputs in flight when the signal comes
+        signalled_at = time.monotonic()
+        process.signal(how)
+        assert_clean_stop(process, stand_in, signalled_at, tmp_path / "violations")
+
+
+def test_violation_monitor_log_names_exactly_the_planted_joints(overlay, scan_policy, fast_params, tmp_path):
+    speed = ROBOT.constraints["joint_speed"].limit
+    torque = ROBOT.constraints["joint_torque"].limit
+    fast, strong = "LF_KFE", "RH_HFE"
+    process, domain = launch(overlay, tmp_path, scan_policy, fast_params)
+    with process, ros_graph.RobotStandIn(ROBOT, domain) as stand_in:
+        wait_ready(process, stand_in)
+        time.sleep(0.3)
+        stand_in.inputs.velocity[ROBOT.joint_names.index(fast)] = 1.2 * speed
+        stand_in.inputs.effort[ROBOT.joint_names.index(strong)] = -1.2 * torque
+        time.sleep(0.3)
+        stand_in.inputs.velocity[:] = 0.0
+        stand_in.inputs.effort[:] = 0.0
+        time.sleep(0.3)
+        process.signal("sigint")
+        assert process.wait(STOP_TIMEOUT) == 0, process.output()
+    records = read_log(next((tmp_path / "violations").glob("violations_*.jsonl")))
+    events = [r for r in records if r["type"] == "event"]
+    assert {(e["quantity"], e["joint"]) for e in events} == {("velocity", fast), ("effort", strong)}
+    for e in events:
+        assert 0.2 < e["duration"] < 0.45, e
+    summary = records[-1]
+    assert summary["type"] == "summary" and summary["events"] == {"velocity": 1, "effort": 1}
+
+
+@pytest.mark.parametrize(
+    ("policy_argument", "expected"),
+    [
+        (None, "missing required argument 'policy'"),
+        ("missing.onnx", "missing.onnx: no such file"),
+        ("not_onnx.onnx", "not_onnx.onnx: not a loadable ONNX model"),
+    ],
+)
+def test_a_launch_with_a_bad_policy_ends_with_one_line(overlay, tmp_path, policy_argument, expected):
+    (tmp_path / "not_onnx.onnx").write_text("this is not an ONNX model\n")
+    arguments = {} if policy_argument is None else {"policy": str(tmp_path / policy_argument)}
+    with ros_graph.ros2_launch(
+        overlay, "controller.launch.py", arguments, ros_graph.free_domain_id(), tmp_path / "launch.log"
+    ) as process:
+        code = process.wait(60)
+        output = process.output()
+    assert code not in (0, None), output
+    errors = [line for line in output.splitlines() if "ERROR" in line or "FATAL" in line]
+    assert len(errors) == 1 and expected in errors[0], output
+    assert "Traceback" not in output and "process started" not in output, output
+
+
+def test_ros2_param_describe_shows_every_description_and_range(overlay, scan_policy, tmp_path):
+    from aow_policy.node_support import CONTROLLER_PARAMS
+
+    process, domain = launch(overlay, tmp_path, scan_policy, ros_graph.PACKAGE_SRC / "config" / "controller.yaml")
+    with process:
+        assert process.wait_for_output("call ~/start", 30), process.output()
+        env = ros_graph.ros_environment(domain, overlay)
+        names = [s.name for s in CONTROLLER_PARAMS]
+        out = subprocess.run(
+            ["ros2", "param", "describe", "--no-daemon", "--spin-time", "3", "/controller_node", *names],
+            env=env,
+            capture_output=True,
+            text=True,
+            timeout=60,
+            check=False,
+        )
+        process.signal("sigint")
+        assert process.wait(STOP_TIMEOUT) == 0
+    assert out.returncode == 0, out.stderr
+    blocks = {
+        m.group(1): m.group(2)
+        for m in re.finditer(r"Parameter name: (\S+)\n(.*?)(?=Parameter name:|\Z)", out.stdout, re.S)
+    }
+    assert set(blocks) == set(names)
+    for spec in CONTROLLER_PARAMS:
+        block = blocks[spec.name]
+        assert spec.description in block, (spec.name, block)
+        if spec.min is not None and not isinstance(spec.default, bool | str):
+            assert "Min value" in block and "Max value" in block, (spec.name, block)
+            assert math.isclose(float(re.search(r"Min value: (\S+)", block).group(1)), spec.min)
+            assert math.isclose(float(re.search(r"Max value: (\S+)", block).group(1)), spec.max)
