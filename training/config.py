@@ -141,8 +141,8 @@ class KappaParams:
     kappa_init: float | None = None  # None: kappa_max / 2 (the appendix's 0.1 -> 0.2 ratio)
     kappa_growth: float = 1.0004
     cost_limit: float = 0.0  # eps in the internal unit (discounted cost return J_C); see --cost-limit
-    # Raise kappa by this factor per rollout while the constraint is violated (0: the paper's
-    # schedule only), up to kappa_adapt_max (training/algorithms/np3o.py).
+    # Raise kappa by the factor 1 + kappa_adapt after every rollout that violates the constraint,
+    # never lower it (0: the paper's schedule only), up to kappa_adapt_max (algorithms/np3o.py).
     kappa_adapt: float = 0.0
     kappa_adapt_max: float = 20.0
 

@@ -24,10 +24,11 @@ kappa_growth = 1.0004. The appendix's literal numbers are kappa_init = 0.1, kapp
 kappa_growth = 1 gives a constant kappa = kappa_init.
 
 ``kappa_adapt`` (0 by default: the paper's schedule) makes kappa an exact penalty whose weight
-is raised until it is large enough: per cost group, kappa_i = schedule_i * scale_i, and after
-every rollout scale_i *= 1 + kappa_adapt while the sampled constraint estimate
-cost_rate_i / (1 - gamma) exceeds eps_i, else scale_i = max(1, scale_i * (1 - kappa_adapt)),
-with kappa_i capped at ``kappa_adapt_max``. Why: P3O's penalty max(0, L^VIOL) is exact only when
+is raised until it is large enough, as exact penalty methods update their penalty parameter:
+per cost group, kappa_i = schedule_i * scale_i, and after every rollout whose sampled constraint
+estimate cost_rate_i / (1 - gamma) exceeds eps_i, scale_i *= 1 + kappa_adapt; it is never
+lowered (inside the constraint the ReLU switches the penalty off whatever its weight), and
+kappa_i stays at most ``kappa_adapt_max``. Why: P3O's penalty max(0, L^VIOL) is exact only when
 kappa exceeds the constraint's optimal Lagrange multiplier; normalizing the cost advantages
 fixes kappa's scale against the reward's (kappa = 1: equal weights) but not that multiplier. An
 active penalty's gradient is kappa times that of the normalized cost surrogate whatever the size
@@ -77,10 +78,9 @@ class NP3O(ConstrainedPPO):
             else:
                 estimate = stats.cost_return[:G]
             violated = estimate > self.cost_limits
-            up = self.kappa_scale * (1.0 + p.kappa_adapt)
-            down = (self.kappa_scale * (1.0 - p.kappa_adapt)).clamp(min=1.0)
+            raised = self.kappa_scale * (1.0 + p.kappa_adapt)
             cap = p.kappa_adapt_max / max(self.kappa, 1e-12)
-            self.kappa_scale = torch.where(violated, up, down).clamp(max=max(cap, 1.0))
+            self.kappa_scale = torch.where(violated, raised, self.kappa_scale).clamp(max=max(cap, 1.0))
 
     def cost_advantage_scale(self, stats: RolloutStats) -> torch.Tensor | float:
         """Scale of the cost advantages in the loss relative to normalized ones (1: normalized)."""
