@@ -342,6 +342,8 @@ class RobotStandIn:
     Publishes ``joint_states`` and ``odometry`` at ``rate_hz`` (sensor-data QoS, as drivers do) and a
     flat ``elevation_map`` around the base at ``map_hz``; records ``joint_commands`` and
     ``/diagnostics``. ``inputs`` changes what is published (pauses, NaN, joint velocities/efforts).
+    With ``play_robot=False`` it is the operator only (the sim bridge plays the robot): it records
+    ``odometry`` (:attr:`odometry`: header stamp, vx, vy, yaw rate in the base frame) instead.
     """
 
     def __init__(
@@ -352,6 +354,7 @@ class RobotStandIn:
         rate_hz: float = 400.0,
         map_hz: float = 10.0,
         controller: str = "/controller_node",
+        play_robot: bool = True,
     ):
         import rclpy
         from diagnostic_msgs.msg import DiagnosticArray
@@ -378,14 +381,18 @@ class RobotStandIn:
         self.node = rclpy.create_node("robot_stand_in", namespace=namespace or None, context=self.context)
         self.factory = rclpy_message_factory(with_grid_map=True)
         reliable1 = QoSProfile(depth=1, reliability=ReliabilityPolicy.RELIABLE)
-        self.js_pub = self.node.create_publisher(JointState, "joint_states", qos_profile_sensor_data)
-        self.odom_pub = self.node.create_publisher(Odometry, "odometry", qos_profile_sensor_data)
-        self.map_pub = self.node.create_publisher(GridMap, "elevation_map", reliable1)
+        self.odometry: list[tuple[float, float, float, float]] = []
+        if play_robot:
+            self.js_pub = self.node.create_publisher(JointState, "joint_states", qos_profile_sensor_data)
+            self.odom_pub = self.node.create_publisher(Odometry, "odometry", qos_profile_sensor_data)
+            self.map_pub = self.node.create_publisher(GridMap, "elevation_map", reliable1)
+            self.node.create_timer(1.0 / rate_hz, self._publish_state)
+            self.node.create_timer(1.0 / map_hz, self._publish_map)
+        else:
+            self.node.create_subscription(Odometry, "odometry", self._on_odometry, qos_profile_sensor_data)
         self.cmd_pub = self.node.create_publisher(Twist, "cmd_vel", QoSProfile(depth=10))
         self.node.create_subscription(JointState, "joint_commands", self._on_command, QoSProfile(depth=100))
         self.node.create_subscription(DiagnosticArray, "/diagnostics", self._on_diagnostics, QoSProfile(depth=100))
-        self.node.create_timer(1.0 / rate_hz, self._publish_state)
-        self.node.create_timer(1.0 / map_hz, self._publish_map)
         self.executor = SingleThreadedExecutor(context=self.context)
         self.executor.add_node(self.node)
         self._running = True
@@ -430,6 +437,11 @@ class RobotStandIn:
         self.commands.append(
             ReceivedCommand(time.monotonic(), list(msg.name), np.array(msg.position), np.array(msg.velocity))
         )
+
+    def _on_odometry(self, msg: Any) -> None:
+        stamp = msg.header.stamp.sec + msg.header.stamp.nanosec * 1e-9
+        twist = msg.twist.twist
+        self.odometry.append((stamp, twist.linear.x, twist.linear.y, twist.angular.z))
 
     def _on_diagnostics(self, msg: Any) -> None:
         for status in msg.status:

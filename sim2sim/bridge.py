@@ -151,3 +151,22 @@ class SimBridge:
             if self.schedule is not None and hw.step_count % self._cmd_every == 0:
                 command = self.schedule.command_at(hw.time - self.config.commands_delay)
                 self.publish(self.config.topics.cmd_vel, twist_msg(self.factory, *command), stamp)
+
+
+def main(argv: Sequence[str] | None = None) -> None:
+    """``aow-sim-bridge``: options (and ``--help``) are answered without ROS; then the rclpy node runs.
+
+    Without ROS 2 in the environment the node's imports fail: that is said in one line with the fix,
+    instead of an ImportError traceback."""
+    import sys
+
+    args = list(sys.argv[1:] if argv is None else argv)
+    parameter_overrides(args)  # --help and bad options end here
+    try:
+        from sim2sim import bridge_node
+    except ImportError as e:
+        sys.exit(
+            f"aow-sim-bridge: ROS 2 is not importable here ({e}): source the ROS 2 setup.bash in this shell "
+            f"(e.g. source /opt/ros/humble/setup.bash) and run it again"
+        )
+    bridge_node.main(args)

@@ -64,7 +64,7 @@ def test_sim_launch_hooks_the_bridge_executable_and_includes_the_controller():
     assert arguments(LAUNCH / "sim.launch.py")["sim_bridge_executable"][0] == "aow-sim-bridge"
     assert "ExecuteProcess" in source and "controller.launch.py" in source
     pyproject = (Path(__file__).resolve().parents[1] / "pyproject.toml").read_text()
-    assert 'aow-sim-bridge = "sim2sim.bridge_node:main"' in pyproject  # the executable the hook runs
+    assert 'aow-sim-bridge = "sim2sim.bridge:main"' in pyproject  # the executable the hook runs
 
 
 @pytest.mark.ros

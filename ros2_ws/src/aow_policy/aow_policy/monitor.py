@@ -242,6 +242,9 @@ class ViolationMonitor:
         return {
             "samples": self.samples,
             "duration_s": duration,
+            # the span the totals cover (sample times, s): to compare with a recording of part of it
+            "first_sample_time": self.first_time if self.samples else None,
+            "last_sample_time": self.last_time if self.samples else None,
             "samples_without_effort": self.samples_without_effort,
             "nonfinite_samples": self.nonfinite_samples,
             "out_of_order_samples": self.out_of_order,
