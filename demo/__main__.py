@@ -3,9 +3,11 @@
 1. Train N-P3O on ``aow_flat`` for a bounded wall-clock budget (``DEMO_MINUTES``, default 10).
 2. Export the last checkpoint to ONNX with its contract, verified against PyTorch.
 3. Run the exported policy in sim-to-sim for 30 s through the deployment runtime with a scripted
-   command sequence (forward, sideways, turning, stop), recording a rosbag2.
-4. Replay that bag into violation statistics, tables and plots.
-5. Print a short summary with the paths of every artifact.
+   command sequence (forward, sideways, turning, stop), recording a rosbag2 and a video.
+4. Run the shipped reference policy (policies/aow_flat_np3o) on the same command script, with a
+   video, for comparison.
+5. Replay the bag into violation statistics, tables and plots.
+6. Print a short summary with the paths of every artifact.
 """
 
 from __future__ import annotations
@@ -19,8 +21,11 @@ from pathlib import Path
 from typing import Any
 
 from aow_policy.fileio import atomic_write_text
+from viz.video import VideoOptions, parse_size
 
 DEFAULT_OUT = Path("demo_output")
+REFERENCE_POLICY = Path(__file__).resolve().parents[1] / "policies" / "aow_flat_np3o" / "policy.onnx"
+STAGES = 5
 
 
 def build_parser() -> argparse.ArgumentParser:
@@ -40,11 +45,22 @@ def build_parser() -> argparse.ArgumentParser:
     p.add_argument("--sim-seconds", type=float, default=30.0, help="sim-to-sim duration (default %(default)s)")
     p.add_argument("--seed", type=int, default=0)
     p.add_argument("--no-progress", action="store_true", help="no progress bars")
+    p.add_argument("--no-video", action="store_true", help="no videos of the sim-to-sim runs")
+    p.add_argument(
+        "--video-fps", type=float, default=10.0, help="video frames per simulated second (default %(default)s)"
+    )
+    p.add_argument(
+        "--video-size",
+        type=parse_size,
+        default=(480, 360),
+        metavar="WxH",
+        help="video frame size in pixels, even numbers (default 480x360; a frame takes ~0.2 s on a CPU)",
+    )
     return p
 
 
 def stage(n: int, title: str) -> None:
-    print(f"\n=== [{n}/4] {title} ===", flush=True)
+    print(f"\n=== [{n}/{STAGES}] {title} ===", flush=True)
 
 
 def train(args: argparse.Namespace, run_dir: Path) -> dict[str, Any]:
@@ -91,6 +107,14 @@ def main(argv: list[str] | None = None) -> int:
     policy_path = run_dir / "policy.onnx"
     bag_dir = run_dir / "sim2sim_bag"
     report_dir = run_dir / "replay_report"
+    video_options = None
+    if not args.no_video:
+        video_options = VideoOptions(fps=args.video_fps, width=args.video_size[0], height=args.video_size[1])
+        try:
+            video_options.validate()
+        except ValueError as e:
+            print(f"demo: {e}", file=sys.stderr)
+            return 2
     started = time.perf_counter()
 
     stage(1, f"training {args.algo} on {args.task} for {args.minutes:g} min ({args.num_envs} envs)")
@@ -104,11 +128,20 @@ def main(argv: list[str] | None = None) -> int:
     stage(3, f"sim-to-sim: {args.sim_seconds:g} s, forward / sideways / turning / stop, recorded to a bag")
     import sim2sim
 
-    sim = sim2sim.run(exported.onnx_path, duration=args.sim_seconds, record=bag_dir, progress=not args.no_progress)
+    video = {"video": run_dir / "sim2sim.mp4", "video_options": video_options} if video_options else {}
+    sim = sim2sim.run(
+        exported.onnx_path, duration=args.sim_seconds, record=bag_dir, progress=not args.no_progress, **video
+    )
     print(sim.format())
     atomic_write_text(run_dir / "sim2sim.json", json.dumps(sim.to_dict(), indent=2, default=str))
 
-    stage(4, "replaying the bag into violation statistics")
+    stage(4, f"sim-to-sim of the shipped reference policy ({REFERENCE_POLICY.parent.name}) on the same commands")
+    video = {"video": run_dir / "reference.mp4", "video_options": video_options} if video_options else {}
+    reference = sim2sim.run(REFERENCE_POLICY, duration=args.sim_seconds, progress=not args.no_progress, **video)
+    print(reference.format())
+    atomic_write_text(run_dir / "reference_sim2sim.json", json.dumps(reference.to_dict(), indent=2, default=str))
+
+    stage(5, "replaying the bag into violation statistics")
     from hardware_logs.cli import run as replay
 
     argv_replay = [str(bag_dir), "--out", str(report_dir)] + (["--no-progress"] if args.no_progress else [])
@@ -133,10 +166,18 @@ def main(argv: list[str] | None = None) -> int:
         f"torque {tq['events']} events; per 20 s window: velocity {vel['violations_per_window']}, "
         f"torque {tq['violations_per_window']}; fell: {sim.fell}"
     )
+    for seg, ref in zip(sim.segments, reference.segments, strict=True):
+        err = ref.mean_abs_error_settled or ref.mean_abs_error
+        shown = "no samples in POLICY" if err is None else "vx {:.3f} m/s, vy {:.3f} m/s, yaw {:.3f} rad/s".format(*err)
+        print(f"reference policy's tracking error, {seg.name}: {shown}")
+    print(f"reference policy fell: {reference.fell}")
     print(f"checkpoint: {trained['checkpoint']}")
     print(f"policy:     {exported.onnx_path} (+ {exported.yaml_path.name})")
     print(f"bag:        {bag_dir}")
     print(f"report:     {report_dir}")
+    if sim.video is not None and reference.video is not None:
+        print(f"video:      {sim.video} (this run; {sim.video_frames} frames at {args.video_fps:g} fps)")
+        print(f"reference:  {reference.video} (the shipped N-P3O policy, same commands)")
     print(f"demo took {time.perf_counter() - started:.0f} s")
     return 0
 

@@ -221,7 +221,7 @@ def render_bag(
         state = ""
         joint_raw: bytes | None = None
         last_stamp = t0
-        renderer = RobotRenderer(model, robot.joint_names, options.width, options.height)
+        renderer = RobotRenderer(model, robot.joint_names, options.width, options.height, azimuth=options.azimuth)
         writer = VideoWriter(video, options.fps, options.width, options.height)
         frame = 0
 

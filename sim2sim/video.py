@@ -44,7 +44,9 @@ class SimVideo:
         }
         # Largest overrun (fraction of the limit) since the last frame; -1: not over.
         self._worst = {q: np.full(len(self.names), -1.0) for q in self._limits}
-        self._renderer = RobotRenderer(hardware.world.model, self.names, options.width, options.height)
+        self._renderer = RobotRenderer(
+            hardware.world.model, self.names, options.width, options.height, azimuth=options.azimuth
+        )
         try:
             self._writer = VideoWriter(path, options.fps, options.width, options.height)
         except BaseException:

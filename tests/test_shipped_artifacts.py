@@ -71,6 +71,11 @@ def test_make_demo_one_minute_end_to_end(tmp_path: Path):
     summary = json.loads((run / "replay_report" / "summary.json").read_text())
     assert summary["velocity"]["samples"] > 0 and "violations_per_window" in summary["velocity"]
     assert json.loads((run / "sim2sim.json").read_text())["final_state"] == "POLICY"
+    from viz.video import read_video
+
+    for name in ("sim2sim.mp4", "reference.mp4"):  # 30 s at the demo's 10 fps, 480x360
+        frames, fps = read_video(run / name)
+        assert frames.shape == (301, 360, 480, 3) and fps == pytest.approx(10.0)
 
 
 @pytest.mark.slow

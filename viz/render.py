@@ -38,6 +38,9 @@ ARROW_HEIGHT = 0.35  # m above the base origin, clear of the body
 ARROW_WIDTH = 0.03  # m
 ARROW_LIFT = 0.08  # m between the command and the measured arrow
 MIN_ARROW = 0.02  # m/s: slower is drawn as no arrow (a zero-length arrow is degenerate)
+GRID_SPACING = 0.5  # m between the lines drawn on a flat floor
+GRID_HALF_LINES = 8  # lines each side of the robot
+GRID_RGBA = (0.62, 0.66, 0.7, 1.0)
 STRIP_BACKGROUND = (24, 24, 24)
 TEXT = (235, 235, 235)
 
@@ -119,6 +122,7 @@ class RobotRenderer:
         height: int = 480,
         *,
         base_body: str = "base",
+        floor_geom: str = "floor",
         distance: float = 2.6,
         azimuth: float = 135.0,
         elevation: float = -20.0,
@@ -137,6 +141,14 @@ class RobotRenderer:
         if self.base_body < 0:
             raise ValueError(f"the model has no body named {base_body!r}")
         self.joint_geoms = joint_geoms(model, joint_names)
+        # A flat floor is one uniform colour: with a camera that follows the base the robot would seem
+        # to stand still, so a grid is drawn on it (a heightfield shows its own relief instead).
+        floor = mujoco.mj_name2id(model, mujoco.mjtObj.mjOBJ_GEOM, floor_geom)
+        self._grid_z = (
+            float(model.geom_pos[floor, 2])
+            if floor >= 0 and model.geom_type[floor] == mujoco.mjtGeom.mjGEOM_PLANE
+            else None
+        )
         # The offscreen buffer must hold the frame; it is a visual setting, physics is unchanged.
         model.vis.global_.offwidth = max(model.vis.global_.offwidth, width)
         model.vis.global_.offheight = max(model.vis.global_.offheight, self.view_height)
@@ -179,6 +191,13 @@ class RobotRenderer:
                 if g.objtype == mujoco.mjtObj.mjOBJ_GEOM and g.objid in colours:
                     g.rgba[:] = colours[g.objid]
         base = data.xpos[self.base_body]
+        for i in range(scene.nlight):
+            light = scene.lights[i]
+            if light.type == mujoco.mjtLightType.mjLIGHT_DIRECTIONAL:
+                # a directional light's shadow map covers a box around its position: keep the robot in it
+                light.pos[:2] = base[:2]
+        if self._grid_z is not None:
+            self._grid(scene, float(base[0]), float(base[1]))
         rot = data.xmat[self.base_body].reshape(3, 3)
         yaw = math.atan2(rot[1, 0], rot[0, 0])
         start = base + np.array([0.0, 0.0, ARROW_HEIGHT])
@@ -189,6 +208,24 @@ class RobotRenderer:
                     scene, start + np.array([0.0, 0.0, lift]), yaw, float(velocity[0]), float(velocity[1]), rgba
                 )
         return scene
+
+    def _grid(self, scene: mujoco.MjvScene, x: float, y: float) -> None:
+        """Lines every GRID_SPACING m in x and y on the floor, around (x, y), fixed to the world."""
+        z = self._grid_z + 0.002  # just above the plane, or the floor hides them
+        cx, cy = round(x / GRID_SPACING) * GRID_SPACING, round(y / GRID_SPACING) * GRID_SPACING
+        reach = GRID_HALF_LINES * GRID_SPACING
+        rgba = np.asarray(GRID_RGBA, np.float32)
+        for k in range(-GRID_HALF_LINES, GRID_HALF_LINES + 1):
+            for a, b in (
+                ((cx + k * GRID_SPACING, cy - reach, z), (cx + k * GRID_SPACING, cy + reach, z)),
+                ((cx - reach, cy + k * GRID_SPACING, z), (cx + reach, cy + k * GRID_SPACING, z)),
+            ):
+                if scene.ngeom >= scene.maxgeom:
+                    return
+                geom = scene.geoms[scene.ngeom]
+                mujoco.mjv_initGeom(geom, mujoco.mjtGeom.mjGEOM_LINE, np.zeros(3), np.zeros(3), np.eye(3).ravel(), rgba)
+                mujoco.mjv_connector(geom, mujoco.mjtGeom.mjGEOM_LINE, 1.5, np.array(a), np.array(b))
+                scene.ngeom += 1
 
     def _arrow(self, scene: mujoco.MjvScene, start: np.ndarray, yaw: float, vx: float, vy: float, rgba: tuple) -> None:
         if math.hypot(vx, vy) < MIN_ARROW or scene.ngeom >= scene.maxgeom:

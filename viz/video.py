@@ -19,11 +19,13 @@ SUFFIXES = (".mp4", ".mkv", ".mov")
 
 @dataclass(frozen=True)
 class VideoOptions:
-    """Frame rate (frames per second of simulated or recorded time) and frame size in pixels."""
+    """Frame rate (frames per second of simulated or recorded time), frame size in pixels, and the
+    tracking camera's azimuth (degrees, MuJoCo's convention: 135 looks at the robot's front right)."""
 
     fps: float = 15.0
     width: int = 640
     height: int = 480
+    azimuth: float = 135.0
 
     def validate(self) -> None:
         if not (math.isfinite(self.fps) and 0 < self.fps <= 120):
@@ -33,6 +35,8 @@ class VideoOptions:
             # H.264 in 4:2:0 needs even sizes; below 64 px nothing is legible
             if not (isinstance(value, int) and 64 <= value <= 4096 and value % 2 == 0):
                 raise ValueError(f"video {name} must be an even number of pixels in [64, 4096], got {value!r}")
+        if not math.isfinite(self.azimuth):
+            raise ValueError(f"video camera azimuth must be a number of degrees, got {self.azimuth!r}")
 
     def frame_count(self, duration: float) -> int:
         """Frames of a run of ``duration`` s: one every 1/fps s from the start to the end, both included."""
@@ -72,10 +76,20 @@ def add_video_arguments(parser: argparse.ArgumentParser, what: str) -> None:
         metavar="WxH",
         help=f"frame size in pixels, even numbers (default {d.width}x{d.height})",
     )
+    g.add_argument(
+        "--video-azimuth",
+        type=float,
+        default=d.azimuth,
+        metavar="DEG",
+        help="where the tracking camera stands around the robot: 135 front right (default), -135 front left, "
+        "-45 rear left, 45 rear right",
+    )
 
 
 def options_from_args(args: argparse.Namespace) -> VideoOptions:
-    options = VideoOptions(fps=args.video_fps, width=args.video_size[0], height=args.video_size[1])
+    options = VideoOptions(
+        fps=args.video_fps, width=args.video_size[0], height=args.video_size[1], azimuth=args.video_azimuth
+    )
     options.validate()
     return options
 
