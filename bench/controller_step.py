@@ -1,6 +1,7 @@
 """Latency of one control step of the deployment runtime, as the controller node runs it.
 
     python -m bench.controller_step [--json] [--quick] [--steps N] [--rclpy-like] [--numpy] [--realtime [PRIO]]
+    python -m bench.controller_step --ros [--seconds S] [--json] [--quick]   # the node on a real ROS 2 graph
 
 One timed step = converting a JointState (16 joints, shuffled order, with an extra joint), an
 Odometry and the latest GridMap (200 x 200 cells, 0.05 m, non-zero circular start indices) into
@@ -28,6 +29,12 @@ waiting for a core, not work of the step.
 ``--realtime`` times the steps as the controller node runs with ``realtime_priority`` set: the
 timing thread under SCHED_FIFO (:mod:`aow_policy.realtime`; default priority 50), so other
 processes cannot preempt it. ``realtime`` in the JSON says what was set, or why not.
+
+``--ros`` times the node itself on a real ROS 2 graph instead (needs ROS 2 sourced and
+``make ros-venv``): the controller's own loop figures from /diagnostics over ``--seconds`` (60;
+``--quick`` 15) at 50 Hz with 400 Hz inputs, first with a robot stand-in, then with the MuJoCo sim
+bridge (:mod:`bench.controller_loop_ros`); with ``--realtime`` the node runs its control loop under
+SCHED_FIFO (``realtime_priority``).
 """
 
 from __future__ import annotations
@@ -315,7 +322,20 @@ def main(argv: list[str] | None = None) -> int:
         metavar="PRIO",
         help="time the steps under SCHED_FIFO (priority PRIO, default 50), as the node with realtime_priority",
     )
+    parser.add_argument(
+        "--ros", action="store_true", help="the controller node's own loop timing on a real ROS 2 graph (see above)"
+    )
+    parser.add_argument("--seconds", type=float, default=None, help="with --ros: seconds per run (default 60)")
     args = parser.parse_args(argv)
+    if args.ros:
+        from bench import controller_loop_ros
+
+        seconds = args.seconds or (15.0 if args.quick else 60.0)
+        result = controller_loop_ros.run(seconds, progress=not args.json, realtime_priority=args.realtime or 0)
+        print(controller_loop_ros.describe(result))
+        if args.json:
+            print(json.dumps(result))
+        return 0
     steps = args.steps or (2_000 if args.quick else 10_000)
     if steps < 100:
         parser.error("--steps must be at least 100 (p99 needs samples)")

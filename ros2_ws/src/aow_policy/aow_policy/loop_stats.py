@@ -13,7 +13,7 @@ class LoopStats:
     """Control-loop timing: period jitter, compute time and overruns, over a ring of samples."""
 
     nominal_period: float
-    window: int = 1000
+    window: int = 3000  # 60 s at 50 Hz
     overrun_factor: float = 1.5  # a period longer than this times nominal counts as an overrun
     periods: np.ndarray = field(init=False)
     computes: np.ndarray = field(init=False)
@@ -50,14 +50,18 @@ class LoopStats:
         computes = self.computes[:n]
         out: dict[str, float] = {"iterations": float(self.count), "overruns": float(self.overruns)}
         if len(periods):
+            errors = np.abs(periods - self.nominal_period)
             out |= {
                 "period_mean_ms": 1e3 * float(periods.mean()),
                 "period_jitter_ms": 1e3 * float(periods.std()),
                 "period_max_ms": 1e3 * float(periods.max()),
+                "period_error_p50_ms": 1e3 * float(np.percentile(errors, 50)),
+                "period_error_p99_ms": 1e3 * float(np.percentile(errors, 99)),
             }
         if n:
             out |= {
                 "compute_mean_ms": 1e3 * float(computes.mean()),
+                "compute_p50_ms": 1e3 * float(np.percentile(computes, 50)),
                 "compute_p99_ms": 1e3 * float(np.percentile(computes, 99)),
                 "compute_max_ms": 1e3 * float(computes.max()),
             }

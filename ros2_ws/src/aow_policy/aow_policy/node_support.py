@@ -279,8 +279,10 @@ def run_node(
 
         spinner = threading.Thread(target=spin, name=f"{name}_executor", daemon=True)
         spinner.start()
-        while not stop.wait(0.5):  # interruptible: the signal handler runs here, in the main thread
-            pass
+        # untimed (a timed wait would wake this thread, and take the GIL, twice a second): a signal
+        # interrupts it and its handler runs here, in the main thread; the executor thread sets
+        # ``stop`` itself when it ends for another reason
+        stop.wait()
         spinner.join(join_timeout)
         if spinner.is_alive():
             logger.error(f"the executor did not stop within {join_timeout} s; stopping anyway")
