@@ -97,6 +97,15 @@ def build_parser() -> argparse.ArgumentParser:
         "the run as it happens (tracking camera; command and measured velocity arrows; joints over a "
         "speed or torque limit coloured; a strip with time, controller state, command and violation counts)",
     )
+    g = p.add_argument_group("live viewer")
+    g.add_argument(
+        "--viewer",
+        action="store_true",
+        help="serve the running simulation to a web browser at http://127.0.0.1:PORT (robot, terrain, height-scan "
+        "points, command and measured velocity, joints over a limit coloured; start/stop and velocity command "
+        "controls); the simulation then runs in real time",
+    )
+    g.add_argument("--viewer-port", type=int, default=8080, help="port of the viewer (default %(default)s)")
     g = p.add_argument_group("output")
     g.add_argument("--summary", type=Path, help="also write the result as JSON to this file")
     g.add_argument("--json", action="store_true", help="print the result as one JSON object on the last line")
@@ -136,7 +145,10 @@ def _write_json(path: Path, data: dict) -> None:
 
 
 def main(argv: Sequence[str] | None = None) -> int:
-    args = build_parser().parse_args(argv)
+    parser = build_parser()
+    args = parser.parse_args(argv)
+    if args.viewer and not 0 < args.viewer_port < 65536:
+        parser.error(f"--viewer-port must be a TCP port (1-65535), got {args.viewer_port}")
     if args.record is not None and args.record.exists():
         print(f"aow-sim2sim: error: {args.record} exists already (nothing is overwritten)", file=sys.stderr)
         return 2
@@ -151,6 +163,7 @@ def main(argv: Sequence[str] | None = None) -> int:
             progress=not args.no_progress,
             video=args.video,
             video_options=video_options,
+            viewer_port=args.viewer_port if args.viewer else None,
         )
     except (CommandScriptError, FileNotFoundError, ValueError, RuntimeError, RenderBackendError) as e:
         print(f"aow-sim2sim: error: {e}", file=sys.stderr)

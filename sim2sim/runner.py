@@ -29,7 +29,7 @@ from collections import defaultdict
 from collections.abc import Callable, Mapping, Sequence
 from dataclasses import dataclass, field, replace
 from pathlib import Path
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
 import numpy as np
 from rosbags.typesys import Stores, get_typestore
@@ -55,6 +55,10 @@ from sim2sim.metrics import (
 from sim2sim.recorder import BagRecorder
 from sim2sim.world import RoughTerrainConfig, build_world
 from viz.video import VideoOptions, check_target
+
+if TYPE_CHECKING:
+    from sim2sim.video import SimVideo
+    from sim2sim.viewer import SimViewer
 
 DISTROS = {"humble": Stores.ROS2_HUMBLE, "jazzy": Stores.ROS2_JAZZY}
 CONTROLLER_STATUS_NAME = "/controller_node: controller"  # what the controller node names its status
@@ -278,6 +282,7 @@ def run(
     progress: bool = False,
     video: str | os.PathLike[str] | None = None,
     video_options: VideoOptions | None = None,
+    viewer_port: int | None = None,
     **overrides: Any,
 ) -> Sim2SimResult:
     """Run an exported policy in sim-to-sim; see the module docstring.
@@ -288,6 +293,8 @@ def run(
     sequence filling the time after standing up. ``record``: a new bag directory to write.
     ``video``: a new MP4 file the run is rendered to as it happens (:mod:`sim2sim.video`), with
     ``video_options`` (frame rate in simulated time, size; :class:`viz.video.VideoOptions`).
+    ``viewer_port``: serve the run to a web browser at http://127.0.0.1:PORT as it happens, in real
+    time, with start/stop and velocity-command controls (:mod:`sim2sim.viewer`).
     """
     cfg = config if config is not None else Sim2SimConfig()
     if duration is not None:
@@ -346,6 +353,7 @@ def run(
     falls = FallDetector(cfg.falls)
     recorder = BagRecorder(record, typestore, cfg.storage, cfg.bag_version, cfg.compress) if record else None
     video_out: SimVideo | None = None
+    viewer: SimViewer | None = None
     video_path: Path | None = None
     video_frames = 0
     command_now: tuple[float, float, float] | None = None  # the last /cmd_vel published
@@ -357,6 +365,11 @@ def run(
 
     policy_start: float | None = None
     auto_start, next_start = True, 0.0
+
+    def scan_heights() -> np.ndarray | None:
+        """The heights the policy's height scan read last (None when the policy has no scan)."""
+        return core.inputs.heights if core.scanner is not None else None
+
     loop = LoopStats(policy_dt)  # period on simulation time, compute time on the wall clock
     last_state = core.state
     bag_path: Path | None = None
@@ -369,6 +382,11 @@ def run(
             from sim2sim.video import SimVideo  # the renderer and encoder load only when asked for
 
             video_out = SimVideo(video, video_options, hardware, robot)
+        if viewer_port is not None:
+            from sim2sim.viewer import SimViewer  # viser loads only when asked for
+
+            viewer = SimViewer(viewer_port, hardware, robot, robot.height_scan.points)
+            print(f"viewer: {viewer.url} (the simulation runs in real time)", flush=True)
         for _ in range(total_steps):
             hardware.step()  # applies the latest joint command
             k, t = hardware.step_count, hardware.time
@@ -378,8 +396,16 @@ def run(
             if k % cmd_every == 0:
                 script_time = t - policy_start if policy_start is not None else -1.0
                 command_now = schedule.command_at(script_time)
+                if viewer is not None:
+                    command_now = viewer.command(command_now)
                 bus.publish(topics.cmd_vel, twist_msg(factory, *command_now), t)
             if k % control_every == 0:
+                for request in viewer.requests() if viewer is not None else ():
+                    auto_start = False  # the page's start/stop, as the node's services, end the auto start
+                    if request == "stop":
+                        core.stop(t, "stop requested from the viewer")
+                    else:
+                        core.start(t)
                 # the node's auto_start: ~/start once fresh joint states are in; never again after that
                 if auto_start and core.fault is None and t >= next_start:
                     auto_start = not core.start(t)[0]
@@ -403,6 +429,8 @@ def run(
                     bar.refresh()
             if video_out is not None:
                 video_out.step(t, core.state.value, command_now, monitor)
+            if viewer is not None:
+                viewer.step(t, core.state.value, command_now, monitor, scan_heights)
         for event in monitor.finish():
             _keep_worst(worst_events, event)
             onsets.add(event.quantity, event.start, policy_start)
@@ -420,6 +448,8 @@ def run(
     finally:
         if bar is not None:
             bar.close()
+        if viewer is not None:
+            viewer.close()
     wall = time.perf_counter() - wall0
     sim_time = total_steps * hardware.dt
     return Sim2SimResult(

@@ -1,0 +1,146 @@
+"""``aow-sim2sim --viewer`` in a real headless Chromium (Debian's ``chromium``, driven by Playwright).
+
+The simulation runs in its own process, in real time, serving http://127.0.0.1:PORT; the test
+loads the page, checks that the canvas shows the robot (a screenshot differs from the same view
+with the robot hidden), sets a velocity command from the page and waits for the measured velocity
+the page shows to follow it, then stops and restarts the controller from the page.
+"""
+
+from __future__ import annotations
+
+import os
+import shutil
+import socket
+import subprocess
+import sys
+import time
+from pathlib import Path
+
+import numpy as np
+import pytest
+
+ROOT = Path(__file__).resolve().parents[1]
+POLICY = ROOT / "policies" / "aow_flat_np3o" / "policy.onnx"
+CHROMIUM = shutil.which("chromium") or shutil.which("chromium-browser")
+
+
+def _free_port() -> int:
+    with socket.socket() as s:
+        s.bind(("127.0.0.1", 0))
+        return s.getsockname()[1]
+
+
+def _wait_for_port(port: int, process: subprocess.Popen, timeout: float = 90.0) -> None:
+    deadline = time.monotonic() + timeout
+    while time.monotonic() < deadline:
+        if process.poll() is not None:
+            raise AssertionError(f"aow-sim2sim --viewer exited with {process.returncode}")
+        try:
+            with socket.create_connection(("127.0.0.1", port), timeout=1.0):
+                return
+        except OSError:
+            time.sleep(0.3)
+    raise AssertionError(f"nothing listens on port {port} after {timeout} s")
+
+
+def _field(page, label: str):
+    # viser's labels are not tied to their inputs (the ids differ): the input beside the label
+    return page.locator(
+        f"xpath=//label[normalize-space(.)='{label}']/ancestor::div[contains(@class,'mantine-Flex-root')][1]//input"
+    )
+
+
+def _wait_until(check, timeout: float, what: str) -> None:
+    deadline = time.monotonic() + timeout
+    while time.monotonic() < deadline:
+        if check():
+            return
+        time.sleep(0.25)
+    raise AssertionError(f"timed out after {timeout} s waiting for {what}")
+
+
+def _screenshot(page) -> np.ndarray:
+    from io import BytesIO
+
+    from PIL import Image
+
+    return np.asarray(Image.open(BytesIO(page.locator("canvas").first.screenshot())).convert("RGB"), dtype=float)
+
+
+def test_geom_meshes_fill_their_primitives() -> None:
+    import mujoco
+
+    from sim2sim.viewer import geom_mesh
+
+    t = mujoco.mjtGeom
+    for kind, size, extent in (
+        (t.mjGEOM_BOX, (0.1, 0.2, 0.3), (0.1, 0.2, 0.3)),
+        (t.mjGEOM_CYLINDER, (0.1, 0.25, 0.0), (0.1, 0.1, 0.25)),
+        (t.mjGEOM_CAPSULE, (0.05, 0.2, 0.0), (0.05, 0.05, 0.25)),  # the caps add the radius along z
+        (t.mjGEOM_SPHERE, (0.3, 0.0, 0.0), (0.3, 0.3, 0.3)),
+    ):
+        vertices, faces = geom_mesh(kind, np.array(size))
+        assert np.allclose(np.abs(vertices).max(axis=0), extent, atol=1e-6), kind
+        assert faces.max() < len(vertices) and faces.shape[1] == 3
+    assert geom_mesh(t.mjGEOM_PLANE, np.zeros(3)) is None
+
+
+@pytest.mark.skipif(CHROMIUM is None, reason="no chromium here (Debian: apt-get install chromium; .ci/run installs it)")
+def test_viewer_in_headless_chromium(tmp_path: Path) -> None:
+    playwright = pytest.importorskip("playwright.sync_api")
+    port = _free_port()
+    log = (tmp_path / "sim.log").open("w")
+    process = subprocess.Popen(
+        [
+            *(sys.executable, "-m", "sim2sim", "--policy", str(POLICY), "--duration", "300", "--stand-up", "1"),
+            *("--viewer", "--viewer-port", str(port), "--no-progress"),
+        ],
+        cwd=ROOT,
+        stdout=log,
+        stderr=subprocess.STDOUT,
+    )
+    try:
+        _wait_for_port(port, process)
+        with playwright.sync_playwright() as p:
+            browser = p.chromium.launch(
+                executable_path=CHROMIUM,
+                # software WebGL (no GPU in CI); no sandbox: CI runs as root
+                args=["--use-angle=swiftshader", "--enable-unsafe-swiftshader", "--no-sandbox"],
+            )
+            page = browser.new_page(viewport={"width": 800, "height": 600})
+            page.goto(f"http://127.0.0.1:{port}")
+            page.locator("canvas").first.wait_for(timeout=60_000)
+            state = _field(page, "state")
+            state.wait_for(timeout=60_000)
+            _wait_until(lambda: state.input_value() == "POLICY", 60, "the controller to reach POLICY")
+
+            # hold still (a manual zero command) so that two screenshots differ only by the robot
+            _field(page, "manual command").check()
+            time.sleep(1.5)
+            shown = _screenshot(page)
+            _field(page, "show robot").uncheck()
+            time.sleep(1.0)
+            hidden = _screenshot(page)
+            _field(page, "show robot").check()
+            if os.environ.get("AOW_VIEWER_SCREENSHOTS"):  # to look at what the test saw
+                np.save(Path(os.environ["AOW_VIEWER_SCREENSHOTS"]), np.stack([shown, hidden]))
+            # the left part of the canvas: the controls panel covers the right
+            left = slice(0, int(0.55 * shown.shape[1]))
+            difference = np.abs(shown[:, left] - hidden[:, left]).max(axis=2)
+            assert (difference > 40).mean() > 0.01, "the canvas looks the same with and without the robot"
+
+            vx = _field(page, "vx (m/s)")
+            vx.fill("0.8")
+            vx.press("Enter")
+            measured = _field(page, "measured vx (m/s)")
+            _wait_until(lambda: float(measured.input_value()) > 0.4, 30, "the measured vx to follow 0.8 m/s")
+
+            page.get_by_role("button", name="Stop").click()
+            _wait_until(lambda: state.input_value() == "DAMPING", 15, "the controller to stop (DAMPING)")
+            page.get_by_role("button", name="Start").click()
+            _wait_until(lambda: state.input_value() in ("STAND_UP", "POLICY"), 15, "the controller to start again")
+            browser.close()
+    finally:
+        process.terminate()
+        process.wait(timeout=30)
+        log.close()
