@@ -204,6 +204,10 @@ class SimViewer:
                 for label in ("measured vx (m/s)", "measured vy (m/s)", "measured yaw rate (rad/s)")
             ]
             self.events_text = gui.add_text("violation events", initial_value="speed 0, torque 0", disabled=True)
+        gui.add_markdown(
+            "Joints over a speed or torque limit: yellow just over, orange +25 %, magenta +50 % and more. "
+            "Arrows: green command, blue measured. Yellow dots: height scan."
+        )
         self.follow = gui.add_checkbox("camera follows the robot", initial_value=True)
         self.show_robot = gui.add_checkbox("show robot", initial_value=True)
         self.show_robot.on_update(lambda _: setattr(self.robot_root, "visible", self.show_robot.value))
