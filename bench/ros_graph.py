@@ -32,6 +32,7 @@ from typing import Any
 
 import numpy as np
 
+from aow_policy.realtime import enable_realtime
 from aow_policy.robot import Robot
 
 REPO = Path(__file__).resolve().parents[1]
@@ -355,6 +356,7 @@ class RobotStandIn:
         map_hz: float = 10.0,
         controller: str = "/controller_node",
         play_robot: bool = True,
+        realtime_priority: int = 40,
     ):
         import rclpy
         from diagnostic_msgs.msg import DiagnosticArray
@@ -369,6 +371,7 @@ class RobotStandIn:
 
         self.robot = robot
         self.controller = controller
+        self.realtime_priority = realtime_priority
         n = len(robot.joint_names)
         self.inputs = StandInInputs(
             position=np.array(robot.default_positions, dtype=float), velocity=np.zeros(n), effort=np.zeros(n)
@@ -400,6 +403,9 @@ class RobotStandIn:
         self._thread.start()
 
     def _spin(self) -> None:
+        # a robot's driver publishes on time whatever else the machine does: SCHED_FIFO where allowed
+        # (root, CAP_SYS_NICE), so a loaded test machine does not stall the 400 Hz stream
+        enable_realtime(self.realtime_priority)
         while self._running and self.context.ok():
             self.executor.spin_once(timeout_sec=0.05)
 

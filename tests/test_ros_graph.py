@@ -50,9 +50,16 @@ def scan_policy(tmp_path_factory):
 
 @pytest.fixture(scope="module")
 def fast_params(tmp_path_factory):
-    """The package's parameters with /diagnostics every 0.1 s and monitor summaries every 0.2 s."""
+    """The package's parameters with /diagnostics every 0.1 s and monitor summaries every 0.2 s, and
+    input max ages of 0.15 s instead of 0.05 s: the stand-in is a Python thread on a 2-core machine
+    shared with the nodes (and in a developer's session with other work), and a 50 ms stall of it
+    would fault the controller in the middle of a phase that tests something else."""
     params = yaml.safe_load((ros_graph.PACKAGE_SRC / "config" / "controller.yaml").read_text())
-    params["/**/controller_node"]["ros__parameters"]["diagnostics_period"] = 0.1
+    controller = params["/**/controller_node"]["ros__parameters"]
+    # the control loop under SCHED_FIFO, as on a robot (realtime_priority): the rate test measures
+    # the node, not how the kernel shares two cores with whatever else runs (where not permitted
+    # the node says so and keeps normal scheduling)
+    controller.update(diagnostics_period=0.1, joint_states_max_age=0.15, odometry_max_age=0.15, realtime_priority=60)
     params["/**/violation_monitor_node"]["ros__parameters"]["summary_period"] = 0.2
     path = tmp_path_factory.mktemp("params") / "controller.yaml"
     path.write_text(yaml.safe_dump(params))
@@ -81,7 +88,8 @@ def start_policy(stand_in):
     since = time.monotonic()
     ok, message = stand_in.call("start")
     assert ok, message
-    assert stand_in.wait_for_state("POLICY", 6.0, since), [d.values.get("state") for d in stand_in.controller_states()]
+    reached = stand_in.wait_for_state("POLICY", 6.0, since)
+    assert reached, sorted({(d.values.get("state"), d.values.get("fault")) for d in stand_in.controller_states(since)})
 
 
 def is_damping(command, stand_in) -> bool:

@@ -65,8 +65,14 @@ class ControllerNode(Node):
         self.factory = rclpy_message_factory()
         self._next_auto_start = 0.0
 
-        self.create_subscription(JointState, p["joint_states_topic"], self._on_joint_state, qos_profile_sensor_data)
-        self.create_subscription(Odometry, p["odometry_topic"], self._on_odometry, qos_profile_sensor_data)
+        js_sub = self.create_subscription(
+            JointState, p["joint_states_topic"], self._on_joint_state, qos_profile_sensor_data
+        )
+        odom_sub = self.create_subscription(Odometry, p["odometry_topic"], self._on_odometry, qos_profile_sensor_data)
+        # rclpy's executor runs a ready timer before ready subscriptions: after any stall of this
+        # process (a busy CPU) the control step would judge inputs that wait unread in the queue as
+        # stale and fault. The control callback takes them first (_drain_inputs).
+        self._drained = [(js_sub, self._on_joint_state), (odom_sub, self._on_odometry)]
         self.create_subscription(Twist, p["cmd_vel_topic"], self._on_command, QoSProfile(depth=10))
         if self.core.scanner is not None:
             from grid_map_msgs.msg import GridMap  # only policies with a height scan need grid_map_msgs
@@ -123,8 +129,23 @@ class ControllerNode(Node):
         return response
 
     # ---- loop ------------------------------------------------------------------------------
+    def _drain_inputs(self) -> None:
+        """Feed the core the joint states and odometry that arrived but were not yet handled."""
+        for sub, handler in self._drained:
+            try:
+                while True:
+                    with sub.handle:  # as rclpy's executor takes a message (Humble .. Jazzy)
+                        taken = sub.handle.take_message(sub.msg_type, sub.raw)
+                    if taken is None:
+                        break
+                    handler(taken[0])
+            except AttributeError:  # another rclpy: leave the inputs to the executor
+                self._drained = []
+                return
+
     def _on_control_timer(self) -> None:
         start = time.perf_counter()
+        self._drain_inputs()
         now = self.now()
         if self.params["auto_start"] and self.core.fault is None and now >= self._next_auto_start:
             if self.core.state.value in ("ZERO_TORQUE", "DAMPING") and self.core.start(now)[0]:

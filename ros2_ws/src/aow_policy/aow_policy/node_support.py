@@ -199,7 +199,6 @@ def init_keeping_context_on_sigint(args: list[str] | None = None) -> None:
 # Errors a node's constructor raises for bad configuration (a missing or unloadable policy, a bad
 # parameter, a bad robot contract): reported as one line, without a traceback, exit code 1.
 STARTUP_ERRORS = (OSError, ValueError, RuntimeError, ImportError)
-STOP_SIGNALS = ("SIGINT", "SIGTERM")
 
 
 def run_node(
@@ -217,48 +216,45 @@ def run_node(
     the main thread happens to be, inside rclpy's message conversion (``take_message``: "Unable to
     convert call argument") or inside the clean-up after a first signal (launch forwards a second
     SIGINT when the whole process group was signalled), and SIGTERM (systemd, docker) killed the
-    process before it sent its last command. Here the executor spins in its own thread; the main
-    thread only waits for a stop signal. The first SIGINT or SIGTERM stops the executor after the
-    callback in progress, then ``on_stop(node)`` runs with the context still valid (the controller sends
-    its DAMPING command, the monitor writes its summary), and the node is destroyed. Later signals
-    are ignored. Exit code 0 after a signal or an external rclpy shutdown; 1 if the node could not
-    be built (one log line naming the reason, no traceback) or a callback raised.
+    process before it sent its last command.
+
+    Here SIGINT and SIGTERM get a Python handler that does nothing, and Python's wakeup fd carries
+    them to the main thread, which only waits on that pipe. The C-level handler writes the signal
+    number to the pipe in whichever thread the kernel delivers the signal to (a DDS, OpenBLAS or
+    executor thread as well as the main thread), so the main thread always wakes; no exception is
+    raised anywhere. The executor spins in its own thread. The first signal stops it after the
+    callback in progress; then ``on_stop(node)`` runs with the context still valid (the controller
+    sends its DAMPING command, the monitor writes its summary), and the node is destroyed. Later
+    signals are ignored. Exit code 0 after a signal or an external rclpy shutdown; 1 if the node
+    could not be built (one log line naming the reason, no traceback) or a callback raised. Meant
+    as a process's ``main`` (the handlers and the wakeup fd stay installed).
 
     ``on_spin_start(node)`` runs in the executor thread before it spins (real-time scheduling of
     the thread that runs the control timer).
     """
+    import os
     import signal
     import threading
 
     import rclpy
     from rclpy.executors import ExternalShutdownException, SingleThreadedExecutor
 
+    read_end, write_end = os.pipe()
+    os.set_blocking(write_end, False)
+    signal.set_wakeup_fd(write_end, warn_on_full_buffer=False)
+    for sig in (signal.SIGINT, signal.SIGTERM):
+        signal.signal(sig, lambda signum, frame: None)  # no KeyboardInterrupt: the pipe says it
     init_keeping_context_on_sigint(args)
     logger = rclpy.logging.get_logger(name)
     stop = threading.Event()
-    received: list[str] = []
-
-    wake: list[Any] = []  # the guard condition that wakes the executor, while it exists
-
-    def request_stop(signum: int, frame: Any) -> None:
-        received.append(signal.Signals(signum).name)
-        if stop.is_set():
-            return  # a second signal (launch forwards SIGINT to a group that got it already): ignored
-        stop.set()
-        for guard in wake:
-            guard.trigger()
-
-    previous = {sig: signal.signal(getattr(signal, sig), request_stop) for sig in STOP_SIGNALS}
+    ended_by_itself = 0  # the byte the executor thread writes when it ends without a signal
     try:
         try:
             node = create()
         except STARTUP_ERRORS as e:
             logger.fatal(f"cannot start: {e}")
             return 1
-        if stop.is_set():  # a signal during start-up: nothing has been commanded yet
-            node.destroy_node()
-            return 0
-        wake.append(node.create_guard_condition(lambda: None))
+        wake = node.create_guard_condition(lambda: None)
         executor = SingleThreadedExecutor()
         executor.add_node(node)
         failure: list[BaseException] = []
@@ -275,20 +271,19 @@ def run_node(
                 failure.append(e)
                 logger.fatal(f"stopping after an error in a callback: {type(e).__name__}: {e}")
             finally:
-                stop.set()
+                if not stop.is_set():
+                    os.write(write_end, bytes([ended_by_itself]))
 
         spinner = threading.Thread(target=spin, name=f"{name}_executor", daemon=True)
         spinner.start()
-        # untimed (a timed wait would wake this thread, and take the GIL, twice a second): a signal
-        # interrupts it and its handler runs here, in the main thread; the executor thread sets
-        # ``stop`` itself when it ends for another reason
-        stop.wait()
+        received = os.read(read_end, 1)[0]  # a signal during start-up is already in the pipe
+        stop.set()
+        wake.trigger()
         spinner.join(join_timeout)
         if spinner.is_alive():
             logger.error(f"the executor did not stop within {join_timeout} s; stopping anyway")
-        if received:
-            logger.info(f"{received[0]} received: stopping")
-        wake.clear()
+        if received != ended_by_itself:
+            logger.info(f"{signal.Signals(received).name} received: stopping")
         if on_stop is not None:
             on_stop(node)
         executor.remove_node(node)
@@ -296,8 +291,6 @@ def run_node(
         return 1 if failure else 0
     finally:
         rclpy.try_shutdown()
-        for sig, handler in previous.items():
-            signal.signal(getattr(signal, sig), handler)
 
 
 def wait_for_delivery(publisher: Any, timeout: float = 0.5) -> None:
