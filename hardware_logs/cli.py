@@ -126,8 +126,13 @@ def run(argv: Sequence[str] | None = None) -> int:
 
 def _video(args: argparse.Namespace, robot: object, result: BagResult, options: object) -> int:
     from hardware_logs.reader import BagError
-    from hardware_logs.video import ReplayTopics, render_bag
-    from viz.gl import RenderBackendError
+    from viz.gl import FIX, RenderBackendError
+
+    try:
+        from hardware_logs.video import ReplayTopics, render_bag
+    except Exception as e:  # MuJoCo fails on import when MUJOCO_GL names a backend whose library is missing
+        print(f"aow-replay: error: no video: MuJoCo's renderer cannot load ({type(e).__name__}: {e}); {FIX}")
+        return 1
 
     topics = ReplayTopics(joint_states=args.topic, diagnostics=args.diagnostics_topic)
     try:

@@ -1,21 +1,8 @@
 """Offscreen rendering shared by sim-to-sim and the bag replay: the robot with its velocity arrows,
 joints over their limits coloured, a text strip, encoded to MP4.
 
-:mod:`viz.gl` picks the OpenGL backend, :mod:`viz.render` draws frames, :mod:`viz.video` writes and
-reads video files. The deployment runtime (``aow_policy``) never imports this package.
+:mod:`viz.gl` picks the OpenGL backend, :mod:`viz.render` draws frames (:class:`viz.render.RobotRenderer`),
+:mod:`viz.video` writes and reads video files and holds the command-line options. Nothing is
+imported here, so that ``viz.video`` and ``viz.gl``'s messages load without MuJoCo's renderer.
+The deployment runtime (``aow_policy``) never imports this package.
 """
-
-from viz.gl import RenderBackendError
-from viz.render import FrameInfo, Overrun, RobotRenderer, violation_rgb
-from viz.video import VideoOptions, VideoWriter, read_video
-
-__all__ = [
-    "FrameInfo",
-    "Overrun",
-    "RenderBackendError",
-    "RobotRenderer",
-    "VideoOptions",
-    "VideoWriter",
-    "read_video",
-    "violation_rgb",
-]

@@ -17,12 +17,14 @@ from __future__ import annotations
 import os
 from collections.abc import Iterator
 from contextlib import contextmanager
+from typing import TYPE_CHECKING
 
-import mujoco
+if TYPE_CHECKING:
+    import mujoco
 
 FIX = (
     "offscreen rendering needs an OpenGL backend: install EGL with Mesa's drivers "
-    "(Debian: apt-get install libegl1 libgl1-mesa-dri) and run with MUJOCO_GL=egl, or install OSMesa "
+    "(Debian: apt-get install libegl1 libegl-mesa0 libgl1-mesa-dri) and run with MUJOCO_GL=egl, or install OSMesa "
     "(apt-get install libosmesa6) and run with MUJOCO_GL=osmesa PYOPENGL_PLATFORM=osmesa"
 )
 
@@ -71,6 +73,8 @@ def make_renderer(model: mujoco.MjModel, width: int, height: int) -> tuple[mujoc
     Raises :class:`RenderBackendError` naming the fix when no backend works, and ValueError when
     the size exceeds the model's offscreen buffer.
     """
+    import mujoco  # here: this module's messages must load even where MuJoCo's GL import fails
+
     requested = os.environ.get("MUJOCO_GL", "").strip().lower()
     if requested:
         try:
