@@ -127,3 +127,45 @@ def test_violation_monitor_node_logs_events_and_summary(ros, tmp_path):
     events = [r for r in records if r["type"] == "event"]
     assert [(e["quantity"], e["joint"]) for e in events] == [("velocity", "LF_HFE")]
     assert any(r["type"] == "interval" for r in records)
+
+
+def test_controller_node_after_a_stall_uses_the_inputs_waiting_in_its_queue(ros, tmp_path):
+    """rclpy's executor runs a ready timer before ready subscriptions: after the process stalled
+    (here: nothing spun the node for 0.2 s while the robot kept publishing), the control step must
+    take the joint states and odometry waiting in the queue instead of faulting on their age."""
+    from rclpy.parameter import Parameter
+
+    from aow_policy.controller_node import ControllerNode
+    from aow_policy.messages import joint_state_msg, odometry_msg
+
+    contract = policy_contract_for(ROBOT, locomotion_layout(ROBOT, height_scan=False))
+    policy = write_onnx_policy(tmp_path / "policy.onnx", contract)
+    node = ControllerNode(
+        parameter_overrides=[Parameter("policy", value=str(policy)), Parameter("stand_up_duration", value=0.2)]
+    )
+    harness = Harness(ros, [node])
+    try:
+        harness.pump(0.3)
+        assert harness.call("/controller_node/start").success
+        harness.pump(0.6)
+        assert node.core.state.value == "POLICY", node.core.fault
+        n = len(ROBOT.joint_names)
+        end = time.monotonic() + 0.2  # the stall: publish, but do not spin the controller
+        while time.monotonic() < end:
+            now = harness.node.get_clock().now().nanoseconds * 1e-9
+            harness.js_pub.publish(
+                joint_state_msg(
+                    harness.factory, ROBOT.joint_names, ROBOT.default_positions, np.zeros(n), np.zeros(n), now
+                )
+            )
+            harness.odom_pub.publish(
+                odometry_msg(harness.factory, (0, 0, 0.55), (0, 0, 0, 1), (0, 0, 0), (0, 0, 0), now)
+            )
+            time.sleep(0.0025)
+        assert node.core.state.value == "POLICY"
+        harness.executor.spin_once(timeout_sec=0.1)  # the overdue control timer comes first
+        harness.pump(0.1)
+        assert node.core.state.value == "POLICY", node.core.fault
+    finally:
+        node.destroy_node()
+        harness.node.destroy_node()
