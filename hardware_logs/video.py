@@ -242,7 +242,7 @@ def render_bag(
                 odom = latest.get(topics.odometry)
                 if odom is not None:
                     base = odometry_to_base_state(odom)
-                    if base.finite:
+                    if base.finite and base.quaternion_norm > 0.0:  # a zero quaternion is no pose
                         x, y, z, w = base.orientation_xyzw / base.quaternion_norm
                         data.qpos[base_adr : base_adr + 7] = (*base.position, w, x, y, z)
                         measured = (*base.linear_velocity[:2], base.angular_velocity[2])
