@@ -16,6 +16,7 @@ import sys
 import time
 from typing import Any
 
+import rclpy
 from diagnostic_msgs.msg import DiagnosticArray, DiagnosticStatus, KeyValue
 from geometry_msgs.msg import Twist
 from nav_msgs.msg import Odometry
@@ -25,11 +26,13 @@ from sensor_msgs.msg import JointState
 from std_msgs.msg import Float64MultiArray
 from std_srvs.srv import Trigger
 
+from aow_policy.cdr import JointStateDecoder, decode_odometry
 from aow_policy.controller import ControllerConfig, ControllerCore
 from aow_policy.loop_stats import LoopStats
-from aow_policy.messages import Ros2ControlCommands, joint_command_msg
+from aow_policy.messages import Ros2ControlCommands, joint_command_msg, seconds_to_sec_nanosec
 from aow_policy.node_support import (
     CONTROLLER_PARAMS,
+    PolledSubscription,
     controller_diagnostics,
     declare_parameters,
     rclpy_message_factory,
@@ -64,15 +67,27 @@ class ControllerNode(Node):
         self.loop = LoopStats(period)
         self.factory = rclpy_message_factory()
         self._next_auto_start = 0.0
+        self._command_msg: Any = None  # joint_state mode: the reused command message
 
-        js_sub = self.create_subscription(
-            JointState, p["joint_states_topic"], self._on_joint_state, qos_profile_sensor_data
-        )
-        odom_sub = self.create_subscription(Odometry, p["odometry_topic"], self._on_odometry, qos_profile_sensor_data)
-        # rclpy's executor runs a ready timer before ready subscriptions: after any stall of this
-        # process (a busy CPU) the control step would judge inputs that wait unread in the queue as
-        # stale and fault. The control callback takes them first (_drain_inputs).
-        self._drained = [(js_sub, self._on_joint_state), (odom_sub, self._on_odometry)]
+        # Joint states and odometry (400 Hz on the robot) are taken by the control step, once per
+        # period, from a hidden node that no executor spins (PolledSubscription says why): the
+        # executor only wakes for the timer, commands, the map and the services.
+        self._polled: list[tuple[PolledSubscription, Any]] = []
+        self._inputs_node = None
+        if PolledSubscription.supported():
+            self._inputs_node = rclpy.create_node(
+                f"_{self.get_name()}_inputs", namespace=self.get_namespace(), context=self.context
+            )
+            latest_only = QoSProfile(depth=1, reliability=qos_profile_sensor_data.reliability)
+            for msg_type, topic, decode, handler in (
+                (JointState, p["joint_states_topic"], JointStateDecoder(), self.core.on_joint_state),
+                (Odometry, p["odometry_topic"], decode_odometry, self.core.on_odometry),
+            ):
+                polled = PolledSubscription(self._inputs_node, msg_type, topic, latest_only, decode)
+                self._polled.append((polled, handler))
+        else:  # an rclpy without the take: one callback per message
+            self.create_subscription(JointState, p["joint_states_topic"], self._on_joint_state, qos_profile_sensor_data)
+            self.create_subscription(Odometry, p["odometry_topic"], self._on_odometry, qos_profile_sensor_data)
         self.create_subscription(Twist, p["cmd_vel_topic"], self._on_command, QoSProfile(depth=10))
         if self.core.scanner is not None:
             from grid_map_msgs.msg import GridMap  # only policies with a height scan need grid_map_msgs
@@ -129,24 +144,17 @@ class ControllerNode(Node):
         return response
 
     # ---- loop ------------------------------------------------------------------------------
-    def _drain_inputs(self) -> None:
-        """Feed the core the joint states and odometry that arrived but were not yet handled."""
-        for sub, handler in self._drained:
-            try:
-                while True:
-                    with sub.handle:  # as rclpy's executor takes a message (Humble .. Jazzy)
-                        taken = sub.handle.take_message(sub.msg_type, sub.raw)
-                    if taken is None:
-                        break
-                    handler(taken[0])
-            except AttributeError:  # another rclpy: leave the inputs to the executor
-                self._drained = []
-                return
+    def _take_inputs(self, now: float) -> None:
+        """The newest joint state and odometry into the core, with their arrival times."""
+        for polled, handler in self._polled:
+            taken = polled.take_latest()
+            if taken is not None:
+                handler(taken[0], now - taken[1])
 
     def _on_control_timer(self) -> None:
-        start = time.perf_counter()
-        self._drain_inputs()
+        start, cpu_start = time.perf_counter(), time.thread_time()
         now = self.now()
+        self._take_inputs(now)
         if self.params["auto_start"] and self.core.fault is None and now >= self._next_auto_start:
             if self.core.state.value in ("ZERO_TORQUE", "DAMPING") and self.core.start(now)[0]:
                 self.params["auto_start"] = False  # once: after a fault a person decides
@@ -155,7 +163,7 @@ class ControllerNode(Node):
         command = self.core.step(now)
         if command.has_measurement:
             self._publish(command)
-        self.loop.record(start, time.perf_counter())
+        self.loop.record(start, time.perf_counter(), time.thread_time() - cpu_start)
         if command.state is not previous:
             log = self.get_logger().error if self.core.fault else self.get_logger().info
             log(f"{previous.value} -> {command.state.value}" + (f": {self.core.fault}" if self.core.fault else ""))
@@ -166,7 +174,20 @@ class ControllerNode(Node):
             self.leg_pub.publish(legs)
             self.wheel_pub.publish(wheels)
         else:
-            self.command_pub.publish(joint_command_msg(self.factory, command))
+            self.command_pub.publish(self._joint_command_msg(command))
+
+    def _joint_command_msg(self, command: Any) -> Any:
+        """The command as a JointState: one message built once and refilled every period (building
+        it anew cost ~100 us of rclpy's Python setters, mostly validating the 16 names again)."""
+        msg = self._command_msg
+        if msg is None or len(msg.name) != len(command.joint_names):
+            msg = self._command_msg = joint_command_msg(self.factory, command)
+            return msg
+        msg.header.stamp.sec, msg.header.stamp.nanosec = seconds_to_sec_nanosec(command.stamp)
+        msg.position = self.factory.float64s(command.position)
+        msg.velocity = self.factory.float64s(command.velocity)
+        msg.effort = self.factory.float64s(command.effort)
+        return msg
 
     def _publish_diagnostics(self) -> None:
         level, message, values = controller_diagnostics(self.core, self.loop, self.now())
@@ -202,6 +223,12 @@ class ControllerNode(Node):
             for publisher in self._command_publishers():
                 wait_for_delivery(publisher)
             self.get_logger().info("sent the last DAMPING command")
+
+    def destroy_node(self) -> None:
+        if self._inputs_node is not None:
+            self._inputs_node.destroy_node()
+            self._inputs_node = None
+        super().destroy_node()
 
     def _command_publishers(self) -> list[Any]:
         if self.params["output_mode"] == "ros2_control":

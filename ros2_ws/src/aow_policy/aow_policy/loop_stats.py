@@ -17,6 +17,7 @@ class LoopStats:
     overrun_factor: float = 1.5  # a period longer than this times nominal counts as an overrun
     periods: np.ndarray = field(init=False)
     computes: np.ndarray = field(init=False)
+    cpu_computes: np.ndarray = field(init=False)  # thread CPU time: wall minus waiting for a core
     count: int = 0
     overruns: int = 0
     _last_start: float = math.nan
@@ -25,10 +26,13 @@ class LoopStats:
     def __post_init__(self) -> None:
         self.periods = np.full(self.window, np.nan)
         self.computes = np.full(self.window, np.nan)
+        self.cpu_computes = np.full(self.window, np.nan)
 
-    def record(self, start: float, end: float) -> None:
-        """One loop iteration that started at ``start`` and finished at ``end`` (monotonic s)."""
+    def record(self, start: float, end: float, cpu: float = math.nan) -> None:
+        """One loop iteration that started at ``start`` and finished at ``end`` (monotonic s), having
+        used ``cpu`` s of its thread's CPU time (a compute time far above it is preemption)."""
         i = self.count % self.window
+        self.cpu_computes[i] = cpu
         period = start - self._last_start
         self.periods[i] = period
         compute = end - start
@@ -65,4 +69,10 @@ class LoopStats:
                 "compute_p99_ms": 1e3 * float(np.percentile(computes, 99)),
                 "compute_max_ms": 1e3 * float(computes.max()),
             }
+            cpu = self.cpu_computes[:n][np.isfinite(self.cpu_computes[:n])]
+            if len(cpu):
+                out |= {
+                    "compute_cpu_p50_ms": 1e3 * float(np.percentile(cpu, 50)),
+                    "compute_cpu_p99_ms": 1e3 * float(np.percentile(cpu, 99)),
+                }
         return out
