@@ -341,6 +341,21 @@ class PolledSubscription:
         arrival_ns = min(max(source_ns, since_ns), now_ns)
         return self._message(latest[0]), (now_ns - arrival_ns) * 1e-9
 
+    def take_all(self) -> list[tuple[Any, float]]:
+        """Every message queued since the last call, oldest first, each with its age in s."""
+        sub = self.subscription
+        taken_list = []
+        with sub.handle:
+            while (taken := sub.handle.take_message(sub.msg_type, sub.raw)) is not None:
+                taken_list.append(taken)
+        now_ns = self._time_ns()
+        since_ns, self._last_take_ns = self._last_take_ns, now_ns
+        out = []
+        for data, info in taken_list:
+            arrival_ns = min(max(int(info.get("source_timestamp", 0)), since_ns), now_ns)
+            out.append((self._message(data), (now_ns - arrival_ns) * 1e-9))
+        return out
+
     def _message(self, taken: Any) -> Any:
         if self.decode is None:
             return taken
