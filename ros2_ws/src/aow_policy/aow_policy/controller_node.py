@@ -134,7 +134,9 @@ class ControllerNode(Node):
 
     # ---- services --------------------------------------------------------------------------
     def _on_start(self, request: Trigger.Request, response: Trigger.Response) -> Trigger.Response:
-        response.success, response.message = self.core.start(self.now())
+        now = self.now()
+        self._take_inputs(now)  # start() judges the measured state: the newest one, not the last period's
+        response.success, response.message = self.core.start(now)
         self.get_logger().info(f"~/start: {response.message}")
         return response
 
