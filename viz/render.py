@@ -225,6 +225,7 @@ class RobotRenderer:
                 geom = scene.geoms[scene.ngeom]
                 mujoco.mjv_initGeom(geom, mujoco.mjtGeom.mjGEOM_LINE, np.zeros(3), np.zeros(3), np.eye(3).ravel(), rgba)
                 mujoco.mjv_connector(geom, mujoco.mjtGeom.mjGEOM_LINE, 1.5, np.array(a), np.array(b))
+                _not_segmented(geom)
                 scene.ngeom += 1
 
     def _arrow(self, scene: mujoco.MjvScene, start: np.ndarray, yaw: float, vx: float, vy: float, rgba: tuple) -> None:
@@ -237,6 +238,7 @@ class RobotRenderer:
             geom, mujoco.mjtGeom.mjGEOM_ARROW, np.zeros(3), np.zeros(3), np.eye(3).ravel(), np.asarray(rgba, np.float32)
         )
         mujoco.mjv_connector(geom, mujoco.mjtGeom.mjGEOM_ARROW, ARROW_WIDTH, start, end)
+        _not_segmented(geom)
         scene.ngeom += 1
 
     # ---- the frame ---------------------------------------------------------------------------
@@ -291,3 +293,11 @@ class RobotRenderer:
         lx += int(d.textlength("arrows: command ", font=font))
         d.text((lx, y), "measured", fill=_rgb255(MEASURED_RGBA), font=font)
         return np.asarray(img)
+
+
+def _not_segmented(geom: mujoco.MjvGeom) -> None:
+    """A decoration added to the scene is no object of the model: mjv_initGeom leaves segid as it was
+    in memory, and a garbage segid crashed mujoco.Renderer's segmentation pass (IndexError)."""
+    geom.segid = -1
+    geom.objtype = mujoco.mjtObj.mjOBJ_UNKNOWN
+    geom.objid = -1
