@@ -3,7 +3,7 @@
 # algorithms at their defaults, 3 seeds each, on AoWSafetyHopperVelocity-v1 with a cost limit of
 # 25 per 1000-step episode; 150 iterations of 32 envs x 64 steps = 307,200 steps per run.
 # Resumable: run it again and finished runs are reused, interrupted ones resumed.
-# On the 2-core build machine (shared with other jobs), one core: about 1.5 hours.
+# On the 2-core build machine (shared with other jobs), one core: about 70 minutes.
 set -euo pipefail
 cd "$(dirname "$0")/../.."
 OUT=${OUT:-runs/bench_hopper}
