@@ -85,6 +85,21 @@ def _measure(operator: ros_graph.RobotStandIn, seconds: float, progress: bool) -
     return figures
 
 
+def _launched_run(
+    launch: ros_graph.LaunchedProcess, robot: Any, domain: int, ready: str, seconds: float, progress: bool
+) -> dict[str, Any]:
+    """Once ``ready`` is in the launch's output: start the controller, measure, stop the launch."""
+    with launch, ros_graph.RobotStandIn(robot, domain, play_robot=False) as operator:
+        if not launch.wait_for_output(ready, 60):
+            raise ros_graph.RosGraphError(f"the launch did not get ready ({ready!r}):\n{launch.output()}")
+        if progress:
+            print(f"{' '.join(launch.argv[:4])}: {seconds:g} s in POLICY", file=sys.stderr)
+        figures = _measure(operator, seconds, progress)
+        launch.signal("sigint")
+        launch.wait(10)
+    return figures
+
+
 def _params_file(directory: Path, realtime_priority: int) -> Path:
     """The package's parameters, with the control loop's SCHED_FIFO priority set (0: normal scheduling)."""
     import yaml
@@ -121,17 +136,8 @@ def run(seconds: float, progress: bool = True, realtime_priority: int = 0) -> di
         arguments = {"policy": str(policy), "log_dir": str(tmp_path / "violations"), "params_file": params}
         try:
             assert stand_in.stdout is not None and stand_in.stdout.readline().strip() == "ready"
-            with (
-                ros_graph.ros2_launch(overlay, "controller.launch.py", arguments, domain, tmp_path / "a.log") as launch,
-                ros_graph.RobotStandIn(robot, domain, play_robot=False) as operator,
-            ):
-                if not launch.wait_for_output("call ~/start", 30):
-                    raise ros_graph.RosGraphError(f"controller did not start:\n{launch.output()}")
-                if progress:
-                    print(f"stand-in inputs at 400 Hz, {seconds:g} s in POLICY", file=sys.stderr)
-                result["stand_in"] = _measure(operator, seconds, progress)
-                launch.signal("sigint")
-                launch.wait(10)
+            launch = ros_graph.ros2_launch(overlay, "controller.launch.py", arguments, domain, tmp_path / "a.log")
+            result["stand_in"] = _launched_run(launch, robot, domain, "call ~/start", seconds, progress)
         finally:
             stand_in.kill()
             stand_in.wait()
@@ -143,17 +149,8 @@ def run(seconds: float, progress: bool = True, realtime_priority: int = 0) -> di
             "sim_bridge_executable": str(ros_graph.REPO / ".venv" / "bin" / "aow-sim-bridge"),
             "params_file": params,
         }
-        with (
-            ros_graph.ros2_launch(overlay, "sim.launch.py", arguments, domain, tmp_path / "b.log") as launch,
-            ros_graph.RobotStandIn(robot, domain, play_robot=False) as operator,
-        ):
-            if not launch.wait_for_output("[sim_bridge]: simulating", 60):
-                raise ros_graph.RosGraphError(f"sim bridge did not start:\n{launch.output()}")
-            if progress:
-                print(f"sim bridge as the robot, {seconds:g} s in POLICY", file=sys.stderr)
-            result["sim_bridge"] = _measure(operator, seconds, progress)
-            launch.signal("sigint")
-            launch.wait(10)
+        launch = ros_graph.ros2_launch(overlay, "sim.launch.py", arguments, domain, tmp_path / "b.log")
+        result["sim_bridge"] = _launched_run(launch, robot, domain, "[sim_bridge]: simulating", seconds, progress)
     s = result["stand_in"]
     result["meets_goal"] = (
         s["compute_p99_ms"] <= GOAL_COMPUTE_P99_MS

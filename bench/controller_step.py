@@ -32,7 +32,7 @@ processes cannot preempt it. ``realtime`` in the JSON says what was set, or why 
 
 ``--ros`` times the node itself on a real ROS 2 graph instead (needs ROS 2 sourced and
 ``make ros-venv``): the controller's own loop figures from /diagnostics over ``--seconds`` (60;
-``--quick`` 15) at 50 Hz with 400 Hz inputs, first with a robot stand-in, then with the MuJoCo sim
+``--quick`` 10) at 50 Hz with 400 Hz inputs, first with a robot stand-in, then with the MuJoCo sim
 bridge (:mod:`bench.controller_loop_ros`); with ``--realtime`` the node runs its control loop under
 SCHED_FIFO (``realtime_priority``).
 """
@@ -330,7 +330,7 @@ def main(argv: list[str] | None = None) -> int:
     if args.ros:
         from bench import controller_loop_ros
 
-        seconds = args.seconds or (15.0 if args.quick else 60.0)
+        seconds = args.seconds or (10.0 if args.quick else 60.0)
         result = controller_loop_ros.run(seconds, progress=not args.json, realtime_priority=args.realtime or 0)
         print(controller_loop_ros.describe(result))
         if args.json:

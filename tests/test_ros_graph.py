@@ -390,3 +390,17 @@ def test_sim_launch_closed_loop_tracks_and_its_bags_replay_as_the_monitor_saw_it
         # the recorder matched the bridge (at the bridge's 400 Hz)
         before_recording = max(0, round((bag["start_stamp_ns"] - records[-1]["first_sample_time"] * 1e9) / 2.5e6))
         assert bag["messages"] >= records[-1]["samples"] - before_recording, (storage, bag, records[-1]["samples"])
+
+
+def test_bench_controller_step_ros_reports_the_nodes_own_loop_figures():
+    from bench import controller_loop_ros
+
+    result = controller_loop_ros.run(3.0, progress=False)
+    for run in ("stand_in", "sim_bridge"):
+        figures = result[run]
+        assert figures["iterations"] >= 100, figures  # 3 s at 50 Hz
+        for key in controller_loop_ros.LOOP_KEYS:
+            assert figures[key] >= 0.0, (run, key)
+        assert figures["compute_cpu_p50_ms"] <= figures["compute_p50_ms"] + 1e-3
+    assert isinstance(result["meets_goal"], bool)
+    assert "goal" in controller_loop_ros.describe(result)
