@@ -2,8 +2,8 @@
 
     .venv/bin/python docs/benchmarks/report.py runs/bench_hopper docs/benchmarks/hopper
 
-Reads OUT/all (seven algorithms) and OUT/np3o_adapt (N-P3O with kappa_adapt) as aow-compare left
-them; runs that are missing or unfinished are reported as such (their last iterations are used).
+Reads OUT/all (seven algorithms), OUT/np3o_adapt (N-P3O with kappa_adapt), OUT/np3o_kappa1 and
+OUT/ppo_lag_fast as aow-compare left them; unfinished runs are left out (and named).
 """
 
 from __future__ import annotations
@@ -27,6 +27,7 @@ NAMES = {
     "focops": "FOCOPS",
     "np3o_adapt": "N-P3O, kappa_adapt = 0.05",
     "np3o_kappa1": "N-P3O, kappa held at 1",
+    "ppo_lag_fast": "PPO-Lagrangian, lambda_lr = 0.035",
 }
 STEPS_PER_ITERATION = 32 * 64
 # The runs' length (run_hopper.sh --iterations); a run trained further (N-P3O seed 0 was trained
@@ -67,6 +68,7 @@ def run_dirs(root: Path) -> dict[str, list[Path]]:
     out = {a: sorted((root / "all" / "runs").glob(f"{a}_s[0-9]")) for a in ALGOS}
     out["np3o_adapt"] = sorted((root / "np3o_adapt" / "runs").glob("np3o_s[0-9]"))
     out["np3o_kappa1"] = sorted((root / "np3o_kappa1" / "runs").glob("np3o_s[0-9]"))
+    out["ppo_lag_fast"] = sorted((root / "ppo_lag_fast" / "runs").glob("ppo_lag_s[0-9]"))
     return out
 
 
@@ -166,7 +168,7 @@ def main(root: Path, dest: Path) -> None:
                 warnings.simplefilter("ignore", RuntimeWarning)
                 mean, std = np.nanmean(data, 0), np.nanstd(data, 0)
             x = np.arange(n) * STEPS_PER_ITERATION / 1e6
-            style = {"np3o_adapt": "--", "np3o_kappa1": ":"}.get(algo, "-")
+            style = {"np3o_adapt": "--", "np3o_kappa1": ":", "ppo_lag_fast": "-."}.get(algo, "-")
             ax.plot(x, mean, style, label=NAMES[algo], lw=1.4)
             ax.fill_between(x, mean - std, mean + std, alpha=0.12)
         if key in ("episode/cost/cost", "cost_rate/cost"):
