@@ -129,10 +129,14 @@ def test_controller_launch_runs_the_policy_and_damps_on_every_fault(overlay, sca
         wait_ready(process, stand_in)
         start_policy(stand_in)
 
-        # 5 s in POLICY: 50 Hz +- 10 %, every command finite and within the contract's limits
+        # 5 s in POLICY with a velocity command at 10 Hz: 50 Hz +- 10 %, every command finite and
+        # within the contract's limits
         window_start = time.monotonic()
-        time.sleep(5.0)
+        while time.monotonic() < window_start + 5.0:
+            stand_in.send_velocity_command(0.5, 0.0, 0.2)
+            time.sleep(0.1)
         commands = stand_in.commands_since(window_start)
+        assert stand_in.controller_states(window_start)[-1].values["command.active"] == "True"
         rate = len(commands) / (commands[-1].t - window_start)
         assert abs(len(commands) - 5.0 * CONTROL_HZ) <= 0.1 * 5.0 * CONTROL_HZ, len(commands)
         assert abs(rate - CONTROL_HZ) <= 0.1 * CONTROL_HZ, rate
