@@ -13,7 +13,8 @@ COLCON_PACKAGES := colcon-core==0.21.3 colcon-ros==0.5.0 colcon-python-setup-py=
 # ROS 2, where installed (CI provisions it from ../shared/ros2): `make test` then runs the `ros`-marked
 # tests against it. The nodes of a colcon overlay run with the interpreter that built it, so
 # .venv-ros is a venv over the system Python (which has rclpy's dependencies) with onnxruntime
-# added, as the aow_policy README tells users to do on a ROS 2 machine.
+# added, as the aow_policy README tells users to do on a ROS 2 machine. --without-pip: the system's
+# pip (python3-pip) installs into it, so Debian's python3-venv (ensurepip) is not needed.
 ROS_SETUP ?= $(firstword $(wildcard /opt/ros2_humble/setup.bash /opt/ros/humble/setup.bash /opt/ros/jazzy/setup.bash))
 ROS_ENV = source $(ROS_SETUP) && export RMW_IMPLEMENTATION=$${RMW_IMPLEMENTATION:-rmw_cyclonedds_cpp} ROS_LOCALHOST_ONLY=1 &&
 SYSTEM_PYTHON ?= /usr/bin/python3
@@ -37,7 +38,7 @@ $(COLCON_STAMP):
 colcon-venv: $(COLCON_STAMP)
 
 $(ROS_VENV_STAMP):
-	test -x $(ROS_VENV)/bin/python || $(SYSTEM_PYTHON) -m venv --system-site-packages $(ROS_VENV)
+	test -x $(ROS_VENV)/bin/python || $(SYSTEM_PYTHON) -m venv --system-site-packages --without-pip $(ROS_VENV)
 	$(ROS_VENV)/bin/python -m pip install --quiet 'onnxruntime>=1.20'
 	touch $(ROS_VENV_STAMP)
 

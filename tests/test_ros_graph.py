@@ -408,3 +408,23 @@ def test_bench_controller_step_ros_reports_the_nodes_own_loop_figures():
         assert figures["compute_cpu_p50_ms"] <= figures["compute_p50_ms"] + 1e-3
     assert isinstance(result["meets_goal"], bool)
     assert "goal" in controller_loop_ros.describe(result)
+
+
+def test_sim_launch_without_the_bridge_on_path_fails_at_once_saying_how(overlay, tmp_path):
+    env_path = ros_graph.ros_environment(0, overlay)["PATH"].split(":")
+    path = ":".join(p for p in env_path if not (Path(p) / "aow-sim-bridge").exists())
+    arguments = {"policy": str(SHIPPED_NP3O), "log_dir": str(tmp_path / "violations")}
+    with ros_graph.ros2_launch(
+        overlay,
+        "sim.launch.py",
+        arguments,
+        ros_graph.free_domain_id(),
+        tmp_path / "launch.log",
+        extra_env={"PATH": path},
+    ) as process:
+        code = process.wait(60)
+        output = process.output()
+    assert code not in (0, None), output
+    errors = [line for line in output.splitlines() if "ERROR" in line]
+    assert len(errors) == 1 and "sim_bridge_executable:=aow-sim-bridge: not found on PATH" in errors[0], output
+    assert "process started" not in output, output
