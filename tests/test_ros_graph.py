@@ -402,7 +402,9 @@ def test_bench_controller_step_ros_reports_the_nodes_own_loop_figures():
     result = controller_loop_ros.run(3.0, progress=False)
     for run in ("stand_in", "sim_bridge"):
         figures = result[run]
-        assert figures["iterations"] >= 100, figures  # 3 s at 50 Hz
+        # 3 s at 50 Hz between two /diagnostics messages (1 Hz), on the bridge's clock for the sim run,
+        # which runs slower than real time on a loaded machine: the loop ran, not how fast
+        assert figures["iterations"] >= 50, figures
         for key in controller_loop_ros.LOOP_KEYS:
             assert figures[key] >= 0.0, (run, key)
         assert figures["compute_cpu_p50_ms"] <= figures["compute_p50_ms"] + 1e-3
