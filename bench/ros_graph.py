@@ -356,7 +356,7 @@ class RobotStandIn:
         map_hz: float = 10.0,
         controller: str = "/controller_node",
         play_robot: bool = True,
-        realtime_priority: int = 40,
+        realtime_priority: int = 40,  # 0: normal scheduling
     ):
         import rclpy
         from diagnostic_msgs.msg import DiagnosticArray
@@ -405,7 +405,8 @@ class RobotStandIn:
     def _spin(self) -> None:
         # a robot's driver publishes on time whatever else the machine does: SCHED_FIFO where allowed
         # (root, CAP_SYS_NICE), so a loaded test machine does not stall the 400 Hz stream
-        enable_realtime(self.realtime_priority)
+        if self.realtime_priority > 0:
+            enable_realtime(self.realtime_priority)
         while self._running and self.context.ok():
             self.executor.spin_once(timeout_sec=0.05)
 

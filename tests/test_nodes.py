@@ -46,19 +46,21 @@ class Harness:
             self.executor.add_node(n)
         self.velocity = np.zeros(len(ROBOT.joint_names))
 
-    def pump(self, seconds):
+    def publish_state(self):
+        """One joint state and one odometry message, stamped now."""
         from aow_policy.messages import joint_state_msg, odometry_msg
 
+        now = self.node.get_clock().now().nanoseconds * 1e-9
+        n = len(ROBOT.joint_names)
+        self.js_pub.publish(
+            joint_state_msg(self.factory, ROBOT.joint_names, ROBOT.default_positions, self.velocity, np.zeros(n), now)
+        )
+        self.odom_pub.publish(odometry_msg(self.factory, (0, 0, 0.55), (0, 0, 0, 1), (0, 0, 0), (0, 0, 0), now))
+
+    def pump(self, seconds):
         end = time.monotonic() + seconds
         while time.monotonic() < end:
-            now = self.node.get_clock().now().nanoseconds * 1e-9
-            n = len(ROBOT.joint_names)
-            self.js_pub.publish(
-                joint_state_msg(
-                    self.factory, ROBOT.joint_names, ROBOT.default_positions, self.velocity, np.zeros(n), now
-                )
-            )
-            self.odom_pub.publish(odometry_msg(self.factory, (0, 0, 0.55), (0, 0, 0, 1), (0, 0, 0), (0, 0, 0), now))
+            self.publish_state()
             self.executor.spin_once(timeout_sec=0.005)
 
     def call(self, service):
@@ -71,16 +73,22 @@ class Harness:
         return future.result()
 
 
-def test_controller_node_services_and_commands(ros, tmp_path):
+def controller_node(tmp_path):
+    """A ControllerNode with a random no-scan policy and a 0.2 s stand-up."""
     from rclpy.parameter import Parameter
 
     from aow_policy.controller_node import ControllerNode
 
     contract = policy_contract_for(ROBOT, locomotion_layout(ROBOT, height_scan=False))
     policy = write_onnx_policy(tmp_path / "policy.onnx", contract)
-    node = ControllerNode(
+    return ControllerNode(
         parameter_overrides=[Parameter("policy", value=str(policy)), Parameter("stand_up_duration", value=0.2)]
     )
+
+
+def test_controller_node_services_and_commands(ros, tmp_path):
+
+    node = controller_node(tmp_path)
     harness = Harness(ros, [node])
     try:
         harness.pump(0.3)
@@ -133,34 +141,16 @@ def test_controller_node_after_a_stall_uses_the_inputs_waiting_in_its_queue(ros,
     """rclpy's executor runs a ready timer before ready subscriptions: after the process stalled
     (here: nothing spun the node for 0.2 s while the robot kept publishing), the control step must
     take the joint states and odometry waiting in the queue instead of faulting on their age."""
-    from rclpy.parameter import Parameter
-
-    from aow_policy.controller_node import ControllerNode
-    from aow_policy.messages import joint_state_msg, odometry_msg
-
-    contract = policy_contract_for(ROBOT, locomotion_layout(ROBOT, height_scan=False))
-    policy = write_onnx_policy(tmp_path / "policy.onnx", contract)
-    node = ControllerNode(
-        parameter_overrides=[Parameter("policy", value=str(policy)), Parameter("stand_up_duration", value=0.2)]
-    )
+    node = controller_node(tmp_path)
     harness = Harness(ros, [node])
     try:
         harness.pump(0.3)
         assert harness.call("/controller_node/start").success
         harness.pump(0.6)
         assert node.core.state.value == "POLICY", node.core.fault
-        n = len(ROBOT.joint_names)
         end = time.monotonic() + 0.2  # the stall: publish, but do not spin the controller
         while time.monotonic() < end:
-            now = harness.node.get_clock().now().nanoseconds * 1e-9
-            harness.js_pub.publish(
-                joint_state_msg(
-                    harness.factory, ROBOT.joint_names, ROBOT.default_positions, np.zeros(n), np.zeros(n), now
-                )
-            )
-            harness.odom_pub.publish(
-                odometry_msg(harness.factory, (0, 0, 0.55), (0, 0, 0, 1), (0, 0, 0), (0, 0, 0), now)
-            )
+            harness.publish_state()
             time.sleep(0.0025)
         assert node.core.state.value == "POLICY"
         harness.executor.spin_once(timeout_sec=0.1)  # the overdue control timer comes first

@@ -105,15 +105,24 @@ def resolve_executable(value: str, argument: str) -> str:
     return found
 
 
+_CHECKED_KEY = "_aow_policy_checked"  # a launch configuration: the (policy, robot_config) already checked
+
+
 def check_policy_argument(context: Any) -> list:
     """OpaqueFunction body: raise (one line from launch) if ``policy:=`` cannot be run."""
     from launch.substitutions import LaunchConfiguration
 
     policy = LaunchConfiguration("policy").perform(context)
     robot_config = LaunchConfiguration("robot_config").perform(context)
+    checked = (policy, robot_config)
+    # sim.launch.py checks before it starts the bridge, then includes controller.launch.py, which
+    # checks too: the load (a subprocess with the nodes' interpreter) runs once per launch
+    if context.launch_configurations.get(_CHECKED_KEY) == repr(checked):
+        return []
     problem = policy_problem(policy, robot_config, node_interpreter())
     if problem:
         raise LaunchArgumentError(problem)
+    context.launch_configurations[_CHECKED_KEY] = repr(checked)
     return []
 
 

@@ -12,6 +12,7 @@ from collections.abc import Callable, Mapping, Sequence
 from dataclasses import dataclass, fields
 from typing import Any
 
+from aow_policy.cdr import CdrError
 from aow_policy.controller import ControllerConfig, ControllerCore, ControllerState
 from aow_policy.loop_stats import LoopStats
 from aow_policy.msg_defs import GRID_MAP
@@ -328,30 +329,25 @@ class PolledSubscription:
 
     def take_latest(self) -> tuple[Any, float] | None:
         """(the newest message since the last call, its age in s), or None if none arrived."""
-        sub = self.subscription
-        latest = None
-        with sub.handle:
-            while (taken := sub.handle.take_message(sub.msg_type, sub.raw)) is not None:
-                latest = taken
-        now_ns = self._time_ns()
-        since_ns, self._last_take_ns = self._last_take_ns, now_ns
-        if latest is None:
-            return None
-        source_ns = int(latest[1].get("source_timestamp", 0))
-        arrival_ns = min(max(source_ns, since_ns), now_ns)
-        return self._message(latest[0]), (now_ns - arrival_ns) * 1e-9
+        taken = self._take()
+        return taken[-1] if taken else None
 
     def take_all(self) -> list[tuple[Any, float]]:
         """Every message queued since the last call, oldest first, each with its age in s."""
+        return self._take(decode_all=True)
+
+    def _take(self, decode_all: bool = False) -> list[tuple[Any, float]]:
+        """Empty the queue; (message, age) of every message, or of the newest only (the others are
+        dropped undecoded) unless ``decode_all``."""
         sub = self.subscription
-        taken_list = []
+        raw = []
         with sub.handle:
             while (taken := sub.handle.take_message(sub.msg_type, sub.raw)) is not None:
-                taken_list.append(taken)
+                raw.append(taken)
         now_ns = self._time_ns()
         since_ns, self._last_take_ns = self._last_take_ns, now_ns
         out = []
-        for data, info in taken_list:
+        for data, info in raw if decode_all else raw[-1:]:
             arrival_ns = min(max(int(info.get("source_timestamp", 0)), since_ns), now_ns)
             out.append((self._message(data), (now_ns - arrival_ns) * 1e-9))
         return out
@@ -359,8 +355,6 @@ class PolledSubscription:
     def _message(self, taken: Any) -> Any:
         if self.decode is None:
             return taken
-        from aow_policy.cdr import CdrError
-
         try:
             return self.decode(taken)
         except CdrError:  # another encapsulation: rclpy deserializes it
