@@ -64,7 +64,8 @@ def _measure(operator: ros_graph.RobotStandIn, seconds: float, progress: bool) -
     if not ok:
         raise ros_graph.RosGraphError(f"~/start refused: {message}")
     if operator.wait_for_state("POLICY", 20.0, start) is None:
-        raise ros_graph.RosGraphError("the controller did not reach POLICY")
+        seen = sorted({(d.values.get("state"), d.values.get("fault")) for d in operator.controller_states(start)})
+        raise ros_graph.RosGraphError(f"the controller did not reach POLICY: (state, fault) seen {seen}")
     time.sleep(1.0)  # a diagnostics message from POLICY to count overruns from
     first = operator.controller_states()[-1].values
     end = time.monotonic() + seconds
@@ -100,18 +101,22 @@ def _launched_run(
     return figures
 
 
-def _params_file(directory: Path, realtime_priority: int) -> Path:
-    """The package's parameters, with the control loop's SCHED_FIFO priority set (0: normal scheduling)."""
+def _params_file(directory: Path, realtime_priority: int, overrides: dict[str, Any] | None = None) -> Path:
+    """The package's parameters, with the control loop's SCHED_FIFO priority set (0: normal scheduling)
+    and any other controller parameter in ``overrides``."""
     import yaml
 
     params = yaml.safe_load((ros_graph.PACKAGE_SRC / "config" / "controller.yaml").read_text())
-    params["/**/controller_node"]["ros__parameters"]["realtime_priority"] = realtime_priority
+    controller = params["/**/controller_node"]["ros__parameters"]
+    controller.update(realtime_priority=realtime_priority, **(overrides or {}))
     path = directory / "controller.yaml"
     path.write_text(yaml.safe_dump(params))
     return path
 
 
-def run(seconds: float, progress: bool = True, realtime_priority: int = 0) -> dict[str, Any]:
+def run(
+    seconds: float, progress: bool = True, realtime_priority: int = 0, overrides: dict[str, Any] | None = None
+) -> dict[str, Any]:
     """Both runs; returns the JSON-ready figures. ``realtime_priority`` > 0 runs the control loop
     under SCHED_FIFO (the node's ``realtime_priority`` parameter)."""
     from aow_policy.robot import load_robot
@@ -129,7 +134,7 @@ def run(seconds: float, progress: bool = True, realtime_priority: int = 0) -> di
         policy = write_onnx_policy(
             tmp_path / "scan_policy.onnx", policy_contract_for(robot, locomotion_layout(robot, height_scan=True))
         )
-        params = str(_params_file(tmp_path, realtime_priority))
+        params = str(_params_file(tmp_path, realtime_priority, overrides))
         # 1. the node and its inputs only
         domain = ros_graph.free_domain_id()
         stand_in = _stand_in_process(domain, seconds + 60)
