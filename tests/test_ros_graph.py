@@ -404,6 +404,7 @@ def test_bench_controller_step_ros_reports_the_nodes_own_loop_figures():
     result = controller_loop_ros.run(3.0, progress=False, overrides=RELAXED_MAX_AGES)
     for run in ("stand_in", "sim_bridge"):
         figures = result[run]
+        assert figures["reached_policy"], figures
         # 3 s at 50 Hz between two /diagnostics messages (1 Hz), on the bridge's clock for the sim run,
         # which runs slower than real time on a loaded machine: the loop ran, not how fast
         assert figures["iterations"] >= 50, figures
