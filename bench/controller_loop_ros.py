@@ -60,7 +60,7 @@ def _stand_in_process(domain: int, seconds: float) -> subprocess.Popen:
 
 def _measure(operator: ros_graph.RobotStandIn, seconds: float, progress: bool) -> dict[str, Any]:
     start = time.monotonic()
-    ok, message = operator.call("start")
+    ok, message = operator.start()
     if not ok:
         raise ros_graph.RosGraphError(f"~/start refused: {message}")
     if operator.wait_for_state("POLICY", 20.0, start) is None:

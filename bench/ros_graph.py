@@ -480,6 +480,17 @@ class RobotStandIn:
         finally:
             self.node.destroy_client(client)
 
+    def start(self, timeout: float = 15.0) -> tuple[bool, str]:
+        """``~/start`` as an operator presses it: again while the controller has not yet received the
+        robot's inputs (DDS discovery between a freshly started robot and the node takes a moment,
+        longer on a loaded machine); any other refusal is returned at once."""
+        end = time.monotonic() + timeout
+        while True:
+            ok, message = self.call("start")
+            if ok or "none received" not in message or time.monotonic() >= end:
+                return ok, message
+            time.sleep(0.2)
+
     def controller_states(self, since: float = 0.0) -> list[DiagnosticsRecord]:
         return [d for d in list(self.diagnostics) if d.t >= since and d.name.endswith(": controller")]
 

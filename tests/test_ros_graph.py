@@ -87,7 +87,7 @@ def wait_ready(process, stand_in):
 
 def start_policy(stand_in):
     since = time.monotonic()
-    ok, message = stand_in.call("start")
+    ok, message = stand_in.start()
     assert ok, message
     reached = stand_in.wait_for_state("POLICY", 6.0, since)
     assert reached, sorted({(d.values.get("state"), d.values.get("fault")) for d in stand_in.controller_states(since)})
