@@ -429,6 +429,9 @@ class Runner:
                 episode_info = infos.get("episode") or {}
                 if episode_info:
                     episodes.add({f"episode/{k}": float(v) for k, v in episode_info.items()}, n_done)
+            sim_stats = infos.get("sim_stats")
+            if sim_stats:  # the simulator's own health (contact overflows, solver limits): a mean over the steps
+                episodes.add({f"sim/{k}": float(v) for k, v in sim_stats.items()}, 1)
             self.obs = {k: v.to(self.device) for k, v in next_obs.items()}
         last_v, last_c = algo.values(self.obs["critic"])
         storage.compute_returns(last_v, last_c, cfg.ppo.gamma, cfg.ppo.lam)
@@ -614,6 +617,7 @@ def tensorboard_tag(key: str) -> str:
         "nu": "Penalty/nu",
         "kappa_eff": "Penalty/kappa_eff",
         "grad_norm": "GradNorm",
+        "sim": "Sim",
     }
     if head in sections and rest:
         return f"{sections[head]}/{rest}"
