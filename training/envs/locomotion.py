@@ -538,7 +538,12 @@ class LocomotionEnv:
         return out
 
     def load_state_dict(self, state: dict[str, Any]) -> None:
-        self.generator.set_state(state["generator"])
+        """``state`` as from :meth:`state_dict`; or with ``seed`` in place of ``generator`` (a run
+        resumed on another device type, whose generator cannot take the saved state)."""
+        if "generator" in state:
+            self.generator.set_state(state["generator"])
+        else:
+            self.generator.manual_seed(int(state["seed"]))
         self.common_step = int(state.get("common_step", 0))
         if self.curriculum is not None and "terrain_levels" in state:
             levels = torch.as_tensor(state["terrain_levels"], device=self.device)
