@@ -241,6 +241,12 @@ ALGO_PARAMS: dict[str, type] = {
 AlgoParams = Union[PPOParams, P3OParams, NP3OParams, PPOLagParams, NIPOParams, CRPOParams, FOCOPSParams]  # noqa: UP007
 
 
+# Where and how wide a run executes, and how often it checkpoints: what ``--resume`` may change
+# (a run started on a GPU continues on a CPU and back). Everything else defines what is learned
+# and stays as stored.
+PLACEMENT_FIELDS = ("device", "backend", "num_envs", "save_interval", "save_minutes", "iterations")
+
+
 @dataclass
 class TrainConfig:
     task: str = "aow_flat"
@@ -252,6 +258,10 @@ class TrainConfig:
     device: str = "cpu"
     backend: str = "mujoco"
     save_interval: int = 50
+    # Also checkpoint when this many wall-clock minutes have passed since the last checkpoint, so a
+    # run on a lent machine that is taken away after a fixed window (e.g. 10 minutes of GPU time)
+    # always leaves a recent checkpoint, whatever an iteration costs there. 0: by iteration only.
+    save_minutes: float = 4.0
     # Per cost group limit overriding the algorithm's cost_limit: {"limits": 0.0}. Internal unit:
     # the discounted cost return J_C (see ``cost_limit_from_episode_cost``).
     cost_limits: dict[str, float] = field(default_factory=dict)
@@ -282,6 +292,7 @@ class TrainConfig:
         _check(
             isinstance(self.seed, int) and not isinstance(self.seed, bool), "seed", f"must be an int, got {self.seed!r}"
         )
+        _check(_nonneg(self.save_minutes), "save_minutes", f"must be >= 0 (0: off), got {self.save_minutes!r}")
         _check(
             self.device == "cpu" or self.device.startswith("cuda"),
             "device",

@@ -10,6 +10,8 @@ Run directory (rank 0)::
     model_<it>.pt        checkpoints every ``save_interval`` iterations and at the end
                          (format: training/checkpoint.py; <it> = completed iterations)
     metrics.jsonl        one JSON record per iteration (what aow-compare reads)
+    segments.jsonl       one line per start or resume: device, backend, envs, host, and what a
+                         resume on another device or size could not carry over exactly
     events.out.tfevents.*  TensorBoard scalars
 
 Exact resume: a checkpoint also holds every rank's sampling-generator state, the environment's
@@ -18,6 +20,12 @@ complete (attribute ``resume_exact = True``, as the toy CMDP) continues the very
 other environments (the MuJoCo tasks save their generators and curriculum but not the physics)
 restart their episodes on resume, while the model, optimizer, normalizers, penalty weights and
 sampling generators continue exactly.
+
+Resume on another machine: ``device``, ``backend``, ``num_envs`` and the checkpoint cadence
+(training.config.PLACEMENT_FIELDS) may change on resume, so a run started on a GPU continues on a
+CPU and back. The model, optimizer, normalizers, penalty state, iteration and terrain levels carry
+over exactly; what cannot (a CUDA generator's state on a CPU, the episodes of another number of
+environments) is derived afresh and written to ``segments.jsonl``.
 
 Observation normalizers are updated after each policy update from that rollout's observations
 (moments reduced over ranks), so the rollout and its update see the same normalization.
@@ -40,6 +48,7 @@ from aow_policy.fileio import atomic_write_text
 from training.algorithms import ALGORITHMS, NonFiniteLossError, make_algorithm
 from training.checkpoint import CheckpointError, latest_checkpoint, load_checkpoint, save_checkpoint
 from training.config import (
+    PLACEMENT_FIELDS,
     ConfigError,
     TrainConfig,
     cost_limit_from_episode_cost,
@@ -239,6 +248,8 @@ class Runner:
         self._episode_return = torch.zeros(self.num_envs, device=self.device)
         self._episode_length = torch.zeros(self.num_envs, device=self.device)
         self.last_checkpoint: Path | None = None
+        self.resumed_from: dict[str, Any] | None = None  # the stored run's device, backend, num_envs
+        self.resume_notes: list[str] = []  # what a resume could not carry over exactly, and why
         if resume:
             if self.run_dir is None:
                 raise TrainingError("resume needs a run directory")
@@ -323,8 +334,9 @@ class Runner:
         stored = TrainConfig.from_dict(ckpt["config"])
         mine = self.cfg.to_dict()
         theirs = stored.to_dict()
-        mine.pop("iterations")
-        theirs.pop("iterations")
+        for name in PLACEMENT_FIELDS:  # where the run executes may change; what it learns may not
+            mine.pop(name, None)
+            theirs.pop(name, None)
         if mine != theirs:
             diff = sorted(k for k in set(mine) | set(theirs) if mine.get(k) != theirs.get(k))
             raise CheckpointError(
@@ -342,17 +354,68 @@ class Runner:
         self.iteration = int(ckpt["iteration"])
         runner_state = ckpt.get("runner_state") or {}
         ranks = runner_state.get("ranks") or []
+        self.resumed_from = self._placement(stored)
+        self.resume_notes = []
         if runner_state.get("world_size") == self.dist.world_size and len(ranks) == self.dist.world_size:
-            mine_state = ranks[self.dist.rank]
-            self.generator.set_state(mine_state["generator"])
-            if mine_state.get("env") is not None and hasattr(self.env, "load_state_dict"):
-                self.env.load_state_dict(mine_state["env"])
-                if getattr(self.env, "resume_exact", False):
-                    self.obs = {k: v.to(self.device) for k, v in mine_state["obs"].items()}
-                    self._episode_return = mine_state["episode_return"].to(self.device)
-                    self._episode_length = mine_state["episode_length"].to(self.device)
+            self._restore_rank_state(ranks[self.dist.rank], stored)
+        else:
+            self.resume_notes.append(
+                f"{runner_state.get('world_size')} process(es) wrote it, {self.dist.world_size} continue: sampling "
+                "generators start fresh"
+            )
         self.last_checkpoint = path
         self._trim_metrics()
+
+    def _placement(self, cfg: TrainConfig) -> dict[str, Any]:
+        return {"device": cfg.device, "backend": cfg.backend, "num_envs": cfg.num_envs}
+
+    def _restore_rank_state(self, state: dict[str, Any], stored: TrainConfig) -> None:
+        """This rank's generators, environment state and current episodes from the checkpoint.
+
+        Same device type, backend and number of environments: all of it (exact continuation).
+        Otherwise what carries over is restored and the rest is derived afresh, deterministically:
+        a CPU generator's state cannot drive a CUDA generator (different algorithms), so on a
+        change of device type both generators are reseeded from (seed, iteration, rank); with
+        another number of environments the saved observations and episodes do not fit, and the
+        terrain levels are handed out in the same proportions over the new environments.
+        """
+        same_device = torch.device(stored.device).type == self.device.type
+        same_envs = stored.num_envs == self.cfg.num_envs
+        same_backend = stored.backend == self.cfg.backend
+        if same_device:
+            self.generator.set_state(state["generator"])
+        else:
+            self.generator.manual_seed(self._reseed(0))
+            self.resume_notes.append(
+                f"device {stored.device} -> {self.cfg.device}: sampling generators reseeded from (seed, iteration)"
+            )
+        env_state = state.get("env")
+        full_state = getattr(self.env, "resume_exact", False)  # its state_dict holds the whole simulation
+        if full_state and not (same_device and same_envs and same_backend):
+            env_state = None  # a whole simulation state does not move to another device or size: fresh episodes
+        if env_state is not None and hasattr(self.env, "load_state_dict"):
+            env_state = dict(env_state)
+            if not same_device:
+                env_state.pop("generator", None)
+                env_state["seed"] = self._reseed(1)
+            levels = env_state.get("terrain_levels")
+            if levels is not None and len(levels) != self.num_envs:
+                env_state["terrain_levels"] = torch.as_tensor(levels)[torch.arange(self.num_envs) % len(levels)]
+                self.resume_notes.append(
+                    f"{stored.num_envs} -> {self.cfg.num_envs} environments: terrain levels spread over the new ones"
+                )
+            self.env.load_state_dict(env_state)
+            if full_state:
+                self.obs = {k: v.to(self.device) for k, v in state["obs"].items()}
+                self._episode_return = state["episode_return"].to(self.device)
+                self._episode_length = state["episode_length"].to(self.device)
+        if not same_backend:
+            self.resume_notes.append(f"backend {stored.backend} -> {self.cfg.backend}: episodes restart")
+        elif not same_envs and not any("environments" in n for n in self.resume_notes):
+            self.resume_notes.append(f"{stored.num_envs} -> {self.cfg.num_envs} environments: episodes restart")
+
+    def _reseed(self, stream: int) -> int:
+        return (self.cfg.seed * 1_000_003 + 7_919 * self.iteration + 104_729 * self.dist.rank + stream) % (2**63)
 
     def _trim_metrics(self) -> None:
         """Drop metric records past the resumed iteration (written after the last checkpoint)."""
@@ -457,19 +520,28 @@ class Runner:
             var = (packed[1 + d :] / n - mean.square()).clamp(min=0)
             normalizer.update_from_moments(mean.float(), var.float(), float(n))
 
-    def learn(self, iterations: int | None = None, time_budget_s: float | None = None) -> list[dict[str, float]]:
+    def learn(
+        self,
+        iterations: int | None = None,
+        time_budget_s: float | None = None,
+        stop_requested: Callable[[], bool] | None = None,
+    ) -> list[dict[str, float]]:
         """Train until ``iterations`` completed iterations in total (default: the config's).
 
         With ``time_budget_s``, also stop after the first iteration that ends past the budget
         and checkpoint it (``stopped_by_budget`` tells); a later ``--resume`` continues from there.
+        ``stop_requested`` (e.g. set by SIGTERM) does the same after the iteration in progress.
+        Checkpoints: every ``save_interval`` iterations, after ``save_minutes`` of wall time since
+        the last one, and at the end.
         """
         target = self.cfg.iterations if iterations is None else iterations
         self.stopped_by_budget = False
-        started = time.perf_counter()
+        started = last_save = time.perf_counter()
         main = self.dist.is_main
         if main and self.run_dir is not None:
             self.run_dir.mkdir(parents=True, exist_ok=True)
             save_config_yaml(self.cfg, self.run_dir / "config.yaml")
+            self._log_segment(target)
             if self.use_tensorboard and self.writer is None:
                 from torch.utils.tensorboard import SummaryWriter  # slow import
 
@@ -504,9 +576,21 @@ class Runner:
                 self.iteration += 1
                 if main:
                     self._log(record)
-                out_of_time = time_budget_s is not None and time.perf_counter() - started > time_budget_s
-                if self.iteration % self.cfg.save_interval == 0 or self.iteration == target or out_of_time:
+                now = time.perf_counter()
+                # one decision for all ranks (a checkpoint is collective): any rank's clock or signal
+                flags = torch.tensor(
+                    [
+                        float(time_budget_s is not None and now - started > time_budget_s),
+                        float(self.cfg.save_minutes > 0 and now - last_save > 60.0 * self.cfg.save_minutes),
+                        float(stop_requested is not None and stop_requested()),
+                    ],
+                    device=self.device,
+                )
+                out_of_time, save_due, stop = (bool(f > 0) for f in self.dist.all_reduce_sum(flags).tolist())
+                out_of_time = out_of_time or stop
+                if self.iteration % self.cfg.save_interval == 0 or self.iteration == target or out_of_time or save_due:
                     self.save()
+                    last_save = time.perf_counter()
                 if bar is not None:
                     bar.update(1)
                     bar.set_postfix(
@@ -522,6 +606,26 @@ class Runner:
             if self.writer is not None:
                 self.writer.flush()
         return self.history
+
+    def _log_segment(self, target: int) -> None:
+        """One line per start or resume in ``segments.jsonl``: where each stretch of the run ran."""
+        import platform
+
+        record = {
+            "iteration": self.iteration,
+            "target": target,
+            "device": str(self.device),
+            "backend": self.cfg.backend,
+            "num_envs": self.cfg.num_envs,
+            "world_size": self.dist.world_size,
+            "host": platform.node(),
+            "started": time.strftime("%Y-%m-%dT%H:%M:%S%z"),
+            "resumed_from": self.resumed_from,
+            "notes": self.resume_notes,
+        }
+        assert self.run_dir is not None
+        with open(self.run_dir / "segments.jsonl", "a") as f:
+            f.write(json.dumps(record) + "\n")
 
     @torch.no_grad()
     def evaluate(self, num_steps: int, deterministic: bool = True) -> dict[str, float]:

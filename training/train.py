@@ -6,6 +6,7 @@ Examples::
     aow-train --task toy_speed_limit --algo ppo_lag --num-envs 64 --iterations 100 --run-dir runs/toy
     aow-train --task gym:AoWSafetyHopperVelocity-v1 --algo np3o --cost-limit 25 --num-envs 32 --steps-per-env 64
     aow-train --resume runs/np3o --iterations 3000          # continue to 3000 iterations in total
+    aow-train --resume runs/rough --device cpu --backend mujoco --num-envs 1024 --max-minutes 60  # a GPU run, on a CPU
     aow-train --task aow_flat --algo ppo --env-override rewards.constraint_rewards=true   # PPO baseline
     aow-train --task aow_flat --algo np3o --init-from policies/aow_flat_np3o/model_212.pt \
         --set algo_params.kappa_init=1 --set algo_params.kappa_max=1 --iterations 150  # fine-tune
@@ -18,13 +19,14 @@ Exit status: 0 done, 1 training error (divergence, bad checkpoint), 2 bad argume
 from __future__ import annotations
 
 import argparse
+import signal
 import sys
 import time
 from pathlib import Path
 
 from training.algorithms import ALGORITHMS
 from training.checkpoint import CheckpointError, latest_checkpoint, load_checkpoint
-from training.config import ConfigError, TrainConfig, apply_override, load_config_yaml
+from training.config import PLACEMENT_FIELDS, ConfigError, TrainConfig, apply_override, load_config_yaml
 from training.distributed import init_distributed, shutdown_distributed
 
 # CLI flag -> config field (flags default to None so that "given" can be told from "default").
@@ -38,10 +40,12 @@ FLAG_FIELDS = {
     "backend": "backend",
     "steps_per_env": "num_steps_per_env",
     "save_interval": "save_interval",
+    "save_minutes": "save_minutes",
     "init_from": "init_from",
     "cost_limit": "episode_cost_limit",
 }
 
+PLACEMENT_FLAGS = [f"--{flag.replace('_', '-')}" for flag, field in FLAG_FIELDS.items() if field in PLACEMENT_FIELDS]
 
 COST_LIMIT_HELP = (
     "constraint limit of every cost group, as the expected cost PER EPISODE (the undiscounted sum of "
@@ -70,10 +74,20 @@ def build_parser() -> argparse.ArgumentParser:
     p.add_argument("--steps-per-env", type=int, help="rollout length per environment (default 24)")
     p.add_argument("--save-interval", type=int, help="checkpoint every N iterations (default 50)")
     p.add_argument(
+        "--save-minutes",
+        type=float,
+        help="also checkpoint when this many minutes have passed since the last checkpoint (default 4; 0: off)",
+    )
+    p.add_argument(
         "--run-dir", type=Path, help="where checkpoints, config and logs go (default runs/<task>_<algo>_...)"
     )
     p.add_argument(
-        "--resume", type=Path, metavar="RUN_DIR", help="continue the run in RUN_DIR from its last checkpoint"
+        "--resume",
+        type=Path,
+        metavar="RUN_DIR",
+        help="continue the run in RUN_DIR from its last checkpoint, with its stored config; only --iterations, "
+        "--device, --backend, --num-envs, --save-interval and --save-minutes may change (e.g. a GPU run "
+        "continued on a CPU); segments.jsonl in RUN_DIR lists where each stretch ran",
     )
     p.add_argument(
         "--init-from",
@@ -128,13 +142,13 @@ def config_from_args(args: argparse.Namespace) -> TrainConfig:
 
 
 def resume_config(args: argparse.Namespace) -> TrainConfig:
-    """The stored config of the run; only --iterations may change on resume."""
+    """The stored config of the run; only where it runs (PLACEMENT_FIELDS) may change on resume."""
     ckpt = load_checkpoint(latest_checkpoint(args.resume))
     data = dict(ckpt["config"])
     conflicts = [
         f"--{flag.replace('_', '-')}"
-        for flag in FLAG_FIELDS
-        if flag != "iterations" and getattr(args, flag) is not None
+        for flag, field in FLAG_FIELDS.items()
+        if field not in PLACEMENT_FIELDS and getattr(args, flag) is not None
     ]
     if args.config or args.set or args.env_override:
         conflicts.append("--config/--set/--env-override")
@@ -143,11 +157,43 @@ def resume_config(args: argparse.Namespace) -> TrainConfig:
     if conflicts:
         raise ConfigError(
             f"{', '.join(conflicts)}: cannot change a resumed run (it continues with the config stored in "
-            f"{args.resume}); only --iterations may be given"
+            f"{args.resume}); only {', '.join(PLACEMENT_FLAGS)} may be given"
         )
-    if args.iterations is not None:
-        data["iterations"] = args.iterations
+    for flag, field in FLAG_FIELDS.items():
+        if field in PLACEMENT_FIELDS and getattr(args, flag) is not None:
+            data[field] = getattr(args, flag)
     return TrainConfig.from_dict(data)
+
+
+class StopRequest:
+    """SIGTERM (systemd, docker, ``timeout``, a lent machine being taken back) or a first Ctrl-C:
+    finish the iteration in progress, checkpoint it and exit; a second Ctrl-C stops at once."""
+
+    def __init__(self) -> None:
+        self.signal_name: str | None = None
+        self._previous = {sig: signal.getsignal(sig) for sig in (signal.SIGINT, signal.SIGTERM)}
+
+    def __enter__(self) -> StopRequest:
+        for sig in self._previous:
+            signal.signal(sig, self._handle)
+        return self
+
+    def __exit__(self, *exc: object) -> None:
+        for sig, handler in self._previous.items():
+            signal.signal(sig, handler)
+
+    def _handle(self, signum: int, frame: object) -> None:
+        name = signal.Signals(signum).name
+        if self.signal_name is not None and signum == signal.SIGINT:
+            raise KeyboardInterrupt
+        self.signal_name = self.signal_name or name
+        print(
+            f"\naow-train: {name}: stopping after this iteration (checkpointed; Ctrl-C again stops now)",
+            file=sys.stderr,
+        )
+
+    def __call__(self) -> bool:
+        return self.signal_name is not None
 
 
 def main(argv: list[str] | None = None) -> int:
@@ -181,7 +227,12 @@ def main(argv: list[str] | None = None) -> int:
             return 0
         if args.max_minutes is not None and not args.max_minutes > 0:
             raise ConfigError(f"--max-minutes: must be positive, got {args.max_minutes}")
-        runner.learn(time_budget_s=None if args.max_minutes is None else 60.0 * args.max_minutes)
+        for note in runner.resume_notes:
+            print(f"aow-train: resumed on {runner.device} ({note})", file=sys.stderr)
+        with StopRequest() as stop:
+            runner.learn(
+                time_budget_s=None if args.max_minutes is None else 60.0 * args.max_minutes, stop_requested=stop
+            )
     except (ConfigError, CheckpointError) as e:
         print(f"aow-train: error: {e}", file=sys.stderr)
         return 2
@@ -191,7 +242,12 @@ def main(argv: list[str] | None = None) -> int:
     finally:
         shutdown_distributed(dist)
     if dist.is_main:
-        if runner.stopped_by_budget:
+        if stop.signal_name is not None and runner.stopped_by_budget:
+            print(
+                f"aow-train: stopped by {stop.signal_name} after {runner.iteration} of {cfg.iterations} iterations; "
+                f"checkpoint {runner.last_checkpoint} (--resume {run_dir} continues)"
+            )
+        elif runner.stopped_by_budget:
             print(
                 f"aow-train: time budget of {args.max_minutes:g} min reached after {runner.iteration} of "
                 f"{cfg.iterations} iterations; checkpoints in {run_dir} (--resume {run_dir} continues)"
