@@ -1,6 +1,8 @@
-"""Tables, curves and slim per-run metrics for docs/benchmarks.md from the runs of run_hopper.sh.
+"""Tables, curves and slim per-run metrics for docs/benchmarks.md from the runs of run_hopper.sh
+and run_walker2d_ant.sh.
 
     .venv/bin/python docs/benchmarks/report.py runs/bench_hopper docs/benchmarks/hopper
+    .venv/bin/python docs/benchmarks/report.py runs/bench_walker2d docs/benchmarks/walker2d
 
 Reads OUT/all (seven algorithms), OUT/np3o_adapt (N-P3O with kappa_adapt), OUT/np3o_kappa1 and
 OUT/ppo_lag_fast as aow-compare left them; unfinished runs are left out (and named).
@@ -104,6 +106,17 @@ def cell(vals: list[float], digits: int = 1) -> str:
     return f"{arr.mean():.{digits}f} ± {std:.{digits}f}"
 
 
+def task_of(runs: dict[str, list[Path]]) -> str:
+    """The Gymnasium id the runs trained on (from a run's saved config)."""
+    import yaml
+
+    for dirs in runs.values():
+        for d in dirs:
+            if (d / "config.yaml").is_file():
+                return str(yaml.safe_load((d / "config.yaml").read_text())["task"]).removeprefix("gym:")
+    raise SystemExit(f"no run with a config.yaml under {dirs}")
+
+
 def main(root: Path, dest: Path) -> None:
     import matplotlib
 
@@ -111,7 +124,9 @@ def main(root: Path, dest: Path) -> None:
     import matplotlib.pyplot as plt
 
     dest.mkdir(parents=True, exist_ok=True)
-    runs = {k: [(d.name, records(d)) for d in v] for k, v in run_dirs(root).items()}
+    dirs = run_dirs(root)
+    task = task_of(dirs)
+    runs = {k: [(d.name, records(d)) for d in v] for k, v in dirs.items()}
     unfinished = {k: [n for n, r in v if len(r) < ITERATIONS] for k, v in runs.items()}
     print("unfinished (left out):", {k: v for k, v in unfinished.items() if v})
     runs = {k: [(n, r) for n, r in v if len(r) >= ITERATIONS] for k, v in runs.items()}
@@ -180,7 +195,7 @@ def main(root: Path, dest: Path) -> None:
         ax.grid(alpha=0.3)
     axes[0, 0].legend(fontsize=8)
     fig.suptitle(
-        "AoWSafetyHopperVelocity-v1, cost limit 25 per 1000-step episode "
+        f"{task}, cost limit 25 per 1000-step episode "
         "(mean ± std over seeds, 5-iteration moving average)"
     )
     fig.tight_layout()
