@@ -20,6 +20,7 @@ from aow_policy.messages import MessageFactory, twist_msg
 from aow_policy.node_support import ParamSpec
 from aow_policy.robot import Robot
 from sim2sim.commands import FORMAT_HELP, CommandSchedule
+from sim2sim.course import COURSE_SEED
 from sim2sim.hardware import HardwareConfig, SimHardware, Topics, steps_between
 from sim2sim.world import TERRAINS, RoughTerrainConfig, build_world
 
@@ -43,8 +44,21 @@ _HW, _BRIDGE = HardwareConfig(), BridgeConfig()
 
 BRIDGE_PARAMS: tuple[ParamSpec, ...] = (
     ParamSpec("robot_config", "", "Robot contract YAML; empty: the aow_policy package's config/aow_c.yaml"),
-    ParamSpec("terrain", _BRIDGE.terrain, "Ground: flat or rough (the training terrain generator)", choices=TERRAINS),
-    ParamSpec("seed", _BRIDGE.seed, "Rough terrain seed", 0, 2**31 - 1),
+    ParamSpec(
+        "terrain",
+        _BRIDGE.terrain,
+        "Ground: flat, rough (the training terrain generator) or course (issue 16's evaluation strip)",
+        choices=TERRAINS,
+    ),
+    # An integer parameter has no 'unset', so the default stays 0 for every terrain; the help names
+    # the course's evaluation seed.
+    ParamSpec(
+        "seed",
+        _BRIDGE.seed,
+        f"Terrain seed: rough tiles, or the course's blocks (evaluation: {COURSE_SEED})",
+        0,
+        2**31 - 1,
+    ),
     ParamSpec("physics_hz", _HW.physics_hz, "Physics rate = JointState rate (Hz)", 50.0, 5000.0),
     ParamSpec("odometry_hz", _HW.odometry_hz, "Odometry rate (Hz); must divide physics_hz", 1.0, 5000.0),
     ParamSpec("map_hz", _HW.map_hz, "Elevation map rate (Hz); must divide physics_hz", 0.1, 1000.0),
@@ -82,7 +96,7 @@ def build_bridge_parser() -> argparse.ArgumentParser:
         formatter_class=argparse.RawDescriptionHelpFormatter,
     )
     p.add_argument("--terrain", choices=TERRAINS, help="ground (parameter terrain; default flat)")
-    p.add_argument("--seed", type=int, help="rough terrain seed (parameter seed)")
+    p.add_argument("--seed", type=int, help="rough terrain or course seed (parameter seed)")
     p.add_argument("--robot", dest="robot_config", help="robot contract YAML (parameter robot_config)")
     p.add_argument("--physics-hz", dest="physics_hz", type=float, help="physics = JointState rate (default 400)")
     p.add_argument("--real-time-factor", dest="real_time_factor", type=float, help="simulated s per wall s (1)")

@@ -14,7 +14,7 @@ from sim2sim.commands import FORMAT_HELP, CommandScriptError
 from sim2sim.hardware import HardwareConfig
 from sim2sim.metrics import FallCriteria
 from sim2sim.runner import DISTROS, Sim2SimConfig, run
-from sim2sim.world import TERRAINS
+from sim2sim.world import DEFAULT_SEEDS, TERRAINS
 from viz.gl import RenderBackendError
 from viz.video import add_video_arguments, options_from_args
 
@@ -31,6 +31,10 @@ Bag topics: /joint_states and /joint_commands (sensor_msgs/JointState), /odometr
 twist in the base frame), /elevation_map (grid_map_msgs/GridMap, layer 'elevation', 3 m square around
 the robot, column-major, moving circular buffer), /cmd_vel (geometry_msgs/Twist), /diagnostics
 (diagnostic_msgs/DiagnosticArray, key 'state'). Stamps are simulation time (s from the start).
+Terrains: flat; rough (the training generator's tiles); course (issue 16's evaluation strip: a 25 %
+slope up and down, stairs up and down with 15 cm risers, 10 cm blocks from --seed; see
+sim2sim.course). --blank-map publishes a flat map (the ground height under the base) instead of
+the terrain: the height scan sees flat ground.
 Tracking error: mean |command - base velocity| (vx, vy in the base frame, yaw rate) over the control
 periods spent in POLICY in each segment; 'settled' leaves out each segment's first --settle seconds.
 A fall: base lower than --fall-height above the ground, tilted beyond --fall-tilt, or touching it.
@@ -55,7 +59,13 @@ def build_parser() -> argparse.ArgumentParser:
     )
     p.add_argument("--commands", type=Path, help="command script (.yaml/.yml, .json or .csv; format below)")
     p.add_argument("--terrain", choices=TERRAINS, default=d.terrain, help="ground (default %(default)s)")
-    p.add_argument("--seed", type=int, default=d.seed, help="rough terrain generation seed (default %(default)s)")
+    p.add_argument(
+        "--seed",
+        type=int,
+        default=d.seed,
+        help=f"terrain generation seed (default: {DEFAULT_SEEDS['rough']} for rough, {DEFAULT_SEEDS['course']} "
+        "for the course, a seed no training uses by default)",
+    )
     p.add_argument("--record", type=Path, metavar="BAG_DIR", help="write a rosbag2 to this new directory")
     p.add_argument(
         "--storage", choices=("mcap", "sqlite3"), default=d.storage, help="bag storage (default %(default)s)"
@@ -86,6 +96,12 @@ def build_parser() -> argparse.ArgumentParser:
     g.add_argument("--map-size", type=float, default=hw.map_size, help="map side, m (default %(default)s)")
     g.add_argument(
         "--map-resolution", type=float, default=hw.map_resolution, help="map cell size, m (default %(default)s)"
+    )
+    g.add_argument(
+        "--blank-map",
+        action="store_true",
+        help="publish a flat map at the ground height under the base instead of the terrain (the scan sees flat "
+        "ground; the robot still walks the terrain)",
     )
     g = p.add_argument_group("falls")
     g.add_argument(
@@ -121,6 +137,7 @@ def config_from_args(args: argparse.Namespace) -> Sim2SimConfig:
         map_hz=args.map_hz,
         map_size=args.map_size,
         map_resolution=args.map_resolution,
+        blank_map=args.blank_map,
     )
     return Sim2SimConfig(
         duration=args.duration,

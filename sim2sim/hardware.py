@@ -7,7 +7,9 @@
 * at the odometry rate, ``nav_msgs/Odometry``: base pose in the odometry frame, twist in the base
   (child) frame as REP 105 specifies and :func:`aow_policy.messages.read_odometry` expects;
 * at the map rate, ``grid_map_msgs/GridMap``: a robot-centred elevation map cut from the terrain
-  (see :class:`RobotCentredMap`);
+  (see :class:`RobotCentredMap`), or with ``blank_map`` a flat one at the ground height under the
+  base, every cell valid: the policy's height scan then sees flat ground wherever the robot walks,
+  which shows whether a policy uses its scan (issue 16's course evaluation);
 * it applies ``/joint_commands`` (sensor_msgs/JointState, matched by joint name) with the drives'
   fixed gains from the robot contract, the same actuators the policy was trained on:
   ``force = kp (position - q) + kd (velocity - q̇)`` for legs and ``kd (velocity - q̇)`` for
@@ -66,6 +68,9 @@ class HardwareConfig:
     odom_frame: str = "odom"
     base_frame: str = "base"
     command_timeout: float = 0.1  # s without a valid /joint_commands -> the drives damp
+    # Publish a flat map (elevation = the ground height under the base) instead of the terrain;
+    # nothing else changes: same cells, frame, stamps and rate, the robot on the same terrain.
+    blank_map: bool = False
 
     def validate(self) -> None:
         for name in ("physics_hz", "odometry_hz", "map_hz", "map_size", "map_resolution", "command_timeout"):
@@ -94,13 +99,17 @@ class RobotCentredMap:
     circular: a world cell keeps its buffer index while the map moves, and the start indices
     change instead, so messages carry non-zero ``outer/inner_start_index`` as a moving
     elevation mapper's do. Storage is grid_map's default, column-major. Heights are the terrain
-    surface (bilinear in MuJoCo's triangles, see :class:`sim2sim.world.HeightField`).
+    surface (bilinear in MuJoCo's triangles, see :class:`sim2sim.world.HeightField`); with
+    ``blank`` every cell holds the terrain height under the robot's (x, y) instead.
     """
 
-    def __init__(self, heights: HeightField, size: float, resolution: float, layer: str = "elevation"):
+    def __init__(
+        self, heights: HeightField, size: float, resolution: float, layer: str = "elevation", blank: bool = False
+    ):
         self.heights = heights
         self.resolution = resolution
         self.layer = layer
+        self.blank = blank
         self.cells = round(size / resolution)
         k = np.arange(self.cells)
         # cell centre of unwrapped index k relative to the map centre (facts.md: centre + L/2 - res/2 - res k)
@@ -116,11 +125,20 @@ class RobotCentredMap:
         xs, ys = cx + self._offsets, cy + self._offsets
         return self.heights(xs[:, None], ys[None, :]).astype(np.float32)
 
+    def elevation(self, x: float, y: float) -> np.ndarray:
+        """The map's heights [rows (x), cols (y)] by unwrapped index for a robot at (x, y)."""
+        if self.blank:
+            # Ground under the base, not under the snapped centre: the scan's points around the
+            # base then read the height of the ground the robot stands on, as on flat ground.
+            return np.full((self.cells, self.cells), float(self.heights(x, y)), dtype=np.float32)
+        cx, cy, _, _ = self.layout(x, y)
+        return self.unwrapped(cx, cy)
+
     def message(self, factory: MessageFactory, x: float, y: float, stamp: float, frame_id: str) -> Any:
         cx, cy, outer, inner = self.layout(x, y)
         return grid_map_msg(
             factory,
-            {self.layer: self.unwrapped(cx, cy)},
+            {self.layer: self.elevation(x, y)},
             self.resolution,
             (cx, cy),
             stamp=stamp,
@@ -183,7 +201,11 @@ class SimHardware:
         self._odometry_every = steps_between(self.config.physics_hz, self.config.odometry_hz, "odometry_hz")
         self._map_every = steps_between(self.config.physics_hz, self.config.map_hz, "map_hz")
         self.map = RobotCentredMap(
-            world.heights, self.config.map_size, self.config.map_resolution, self.config.map_layer
+            world.heights,
+            self.config.map_size,
+            self.config.map_resolution,
+            self.config.map_layer,
+            blank=self.config.blank_map,
         )
         self._floor = info.floor_geom_id
         self._base_geoms = set(info.base_geom_ids.tolist())

@@ -42,6 +42,7 @@ from aow_policy.node_support import controller_diagnostics
 from aow_policy.policy import PolicyRunner
 from aow_policy.robot import Robot, load_robot
 from sim2sim.commands import CommandSchedule, default_schedule, load_script, segments_from_records
+from sim2sim.course import CourseConfig
 from sim2sim.hardware import HardwareConfig, SimHardware, Topics, steps_between
 from sim2sim.metrics import (
     FallCriteria,
@@ -70,8 +71,8 @@ class Sim2SimConfig:
     """Everything a run can change; the CLI exposes each field."""
 
     duration: float = 30.0  # s of simulated time, standing up included
-    terrain: str = "flat"  # flat or rough
-    seed: int = 0  # terrain generation
+    terrain: str = "flat"  # flat, rough or course
+    seed: int | None = None  # terrain generation (None: sim2sim.world.DEFAULT_SEEDS, per terrain)
     stand_up: float = 2.0  # s, the controller's stand-up interpolation
     cmd_vel_hz: float = 50.0
     diagnostics_hz: float = 10.0  # plus one message at every state change
@@ -80,6 +81,7 @@ class Sim2SimConfig:
     topics: Topics = field(default_factory=Topics)
     falls: FallCriteria = field(default_factory=FallCriteria)
     rough: RoughTerrainConfig = field(default_factory=RoughTerrainConfig)
+    course: CourseConfig = field(default_factory=CourseConfig)
     controller: Mapping[str, Any] = field(default_factory=dict)  # other ControllerConfig settings
     distro: str = "humble"  # message definitions (typestore) for the bag
     storage: str = "mcap"  # or sqlite3
@@ -328,7 +330,9 @@ def run(
 
     typestore = get_typestore(DISTROS[cfg.distro])
     factory = MessageFactory.from_typestore(typestore)
-    world = build_world(robot, cfg.terrain, physics_dt=1.0 / hw_cfg.physics_hz, seed=cfg.seed, rough=cfg.rough)
+    world = build_world(
+        robot, cfg.terrain, physics_dt=1.0 / hw_cfg.physics_hz, seed=cfg.seed, rough=cfg.rough, course=cfg.course
+    )
     topics = cfg.topics
     bus = Bus()
     hardware = SimHardware(world, robot, factory, bus.publish, hw_cfg, topics)

@@ -10,6 +10,9 @@ grid of sub-terrain tiles in rows of rising difficulty along +x. The elevation m
 "sees" is read from the compiled model's height field with MuJoCo's own triangle interpolation
 (two triangles per cell, split along the (i, j)-(i+1, j+1) diagonal), so the map and the
 collision surface are the same numbers.
+
+The terrain course (:mod:`sim2sim.course`) is the evaluation world of issue 16: slopes, stairs and
+blocks in a row along +x, the robot spawning on its lead-in; ``World.course`` describes its sections.
 """
 
 from __future__ import annotations
@@ -21,10 +24,13 @@ import numpy as np
 import torch
 
 from aow_policy.robot import Robot
+from sim2sim.course import COURSE_SEED, Course, CourseConfig, generate_course
 from training.sim.model import FLOOR, ModelInfo, build_spec, model_info
 from training.sim.terrain import HeightSampler
 
-TERRAINS = ("flat", "rough")
+TERRAINS = ("flat", "rough", "course")
+# The seed each terrain uses when none is given: the course's is one no training run uses by default.
+DEFAULT_SEEDS = {"flat": 0, "rough": 0, "course": COURSE_SEED}
 
 
 @dataclass(frozen=True)
@@ -83,6 +89,7 @@ class World:
     heights: HeightField
     spawn_xy: tuple[float, float]
     terrain: str
+    course: Course | None = None  # the course's layout (terrain "course" only)
 
 
 def _rough_heightfield(
@@ -116,22 +123,30 @@ def build_world(
     robot: Robot,
     terrain: str = "flat",
     physics_dt: float | None = None,
-    seed: int = 0,
+    seed: int | None = None,
     rough: RoughTerrainConfig | None = None,
+    course: CourseConfig | None = None,
 ) -> World:
-    """Compile the AoW on ``terrain`` with the given physics step (default: the contract's)."""
+    """Compile the AoW on ``terrain`` with the given physics step (default: the contract's).
+
+    ``seed`` generates rough terrain or the course's blocks (None: the terrain's
+    :data:`DEFAULT_SEEDS` entry)."""
     if terrain not in TERRAINS:
         raise ValueError(f"terrain must be one of {TERRAINS}, got {terrain!r}")
-    heightfield, spawn = None, (0.0, 0.0)
+    seed = DEFAULT_SEEDS[terrain] if seed is None else seed
+    heightfield, spawn, layout = None, (0.0, 0.0), None
     if terrain == "rough":
         heights, half, spawn = _rough_heightfield(rough or RoughTerrainConfig(), seed)
         heightfield = (heights, half)
+    elif terrain == "course":
+        layout = generate_course(course, seed)
+        heightfield, spawn = layout.mujoco_heightfield(), layout.start
     spec = build_spec(wheeled=True, robot=robot, heightfield=heightfield)
     if physics_dt is not None:
         # After build_spec: the floor's contact time constant keeps the contract step's value.
         spec.option.timestep = physics_dt
     model = spec.compile()
-    return World(model, model_info(model, robot), HeightField(model), spawn, terrain)
+    return World(model, model_info(model, robot), HeightField(model), spawn, terrain, layout)
 
 
 def reset_to_spawn(world: World, data: mujoco.MjData) -> None:
