@@ -19,6 +19,19 @@ against the baseline (``--baseline``): settled forward error below 0.2 m/s, no f
 reference sequence (falls in the full-range one are reported beside it), and joint-speed
 violations per episode at least 10 times fewer than the baseline's over both sequences together (not
 demonstrable when the baseline has none). Writes ``OUT/evaluation.md`` and ``OUT/evaluation.json``.
+
+With ``--course`` each policy also drives the terrain course of issue 16 (a 25 % slope up and
+down, stairs up and down with 15 cm risers, a field of 10 cm blocks from ``--seed``, 23.4 m from
+start to finish) at ``--speed`` (0.5 - 1.0 m/s, default 0.75), the operator holding the centre
+line with a pure-pursuit yaw rate; twice: with the elevation map of the terrain (the GridMap ->
+height-scan path) and with the map blanked (flat at the ground under the base). Reported per run:
+progress (m, fraction), the section reached, crossed or not, time, mean forward speed, falls and
+where, violations per episode. A run ends at the finish line, at a stall (no 0.25 m of new
+progress in 10 s: stuck or fallen) or at ``--time-limit``. The course bar: with the map, crossed
+without a fall at a mean speed of at least 0.8 x the commanded one; blanked measurably worse:
+more falls, not crossing, 0.5 m less progress, or (both crossing) at most 0.9 x the map run's
+mean speed. ``--course-only`` leaves the flat sequences out. Results go into the same two files
+(the JSON key ``course``).
 """
 
 from __future__ import annotations
@@ -31,6 +44,8 @@ from pathlib import Path
 from typing import Any
 
 from aow_policy.fileio import atomic_write_text
+from sim2sim import course_eval
+from sim2sim.course import COURSE_SEED
 
 STAND_UP_S = 2.0
 SEGMENT_S = 15.0
@@ -183,6 +198,27 @@ def build_parser() -> argparse.ArgumentParser:
     p.add_argument("--baseline", help="NAME of the policy the others' violations are compared with")
     p.add_argument("--out", type=Path, required=True, help="directory for evaluation.md and evaluation.json")
     p.add_argument("--no-progress", action="store_true", help="no progress bars")
+    g = p.add_argument_group("terrain course (issue 16)")
+    g.add_argument("--course", action="store_true", help="also drive the terrain course, with the map and blanked")
+    g.add_argument("--course-only", action="store_true", help="the terrain course only (no flat sequences)")
+    lo, hi = course_eval.SPEED_RANGE
+    g.add_argument(
+        "--speed",
+        type=float,
+        default=course_eval.DEFAULT_SPEED,
+        help=f"commanded forward speed on the course, m/s ({lo:.1f} - {hi:.1f}; default %(default)s)",
+    )
+    g.add_argument(
+        "--seed",
+        type=int,
+        default=COURSE_SEED,
+        help="seed of the course's block field (default %(default)s, which no training uses by default)",
+    )
+    g.add_argument(
+        "--time-limit",
+        type=float,
+        help="seconds of driving per course run (default: the course length at half the speed)",
+    )
     return p
 
 
@@ -201,33 +237,94 @@ def main(argv: list[str] | None = None) -> int:
     if args.baseline is not None and args.baseline not in policies:
         print(f"sim2sim.evaluate: error: --baseline {args.baseline!r} is not one of {list(policies)}", file=sys.stderr)
         return 2
-    scores = []
-    for name, path in policies.items():
-        print(f"evaluating {name} ({path})", flush=True)
-        scores.append(evaluate_policy(name, path, progress=not args.no_progress))
-    by_name = {s.name: s for s in scores}
-    baseline = by_name.get(args.baseline) if args.baseline else None
-    checks = {s.name: bar_check(s, baseline) for s in scores if s.name != args.baseline}
-    table = markdown(scores, checks)
+    course = args.course or args.course_only
+    if args.course_only and args.baseline is not None:
+        message = "--baseline compares the flat sequences, which --course-only leaves out"
+        print(f"sim2sim.evaluate: error: {message}", file=sys.stderr)
+        return 2
+    if course:
+        try:
+            course_eval.check_speed(args.speed)
+        except ValueError as e:
+            print(f"sim2sim.evaluate: error: --speed: {e}", file=sys.stderr)
+            return 2
+        if args.time_limit is not None and not args.time_limit > 0:
+            print(f"sim2sim.evaluate: error: --time-limit must be positive, got {args.time_limit}", file=sys.stderr)
+            return 2
+    payload: dict[str, Any] = {}
+    table = ""
+    if not args.course_only:
+        scores = []
+        for name, path in policies.items():
+            print(f"evaluating {name} ({path})", flush=True)
+            scores.append(evaluate_policy(name, path, progress=not args.no_progress))
+        by_name = {s.name: s for s in scores}
+        baseline = by_name.get(args.baseline) if args.baseline else None
+        checks = {s.name: bar_check(s, baseline) for s in scores if s.name != args.baseline}
+        table = markdown(scores, checks)
+        payload = {
+            "sequences": SEQUENCES,
+            "stand_up_s": STAND_UP_S,
+            "baseline": args.baseline,
+            "policies": [
+                {
+                    **vars(s),
+                    "joint_speed_per_episode_all": s.total_per_episode("velocity"),
+                }
+                for s in scores
+            ],
+            "bar": checks,
+        }
+    if course:
+        course_table, payload["course"] = evaluate_course(policies, args)
+        table = f"{table}\n## Terrain course\n\n{course_table}" if table else course_table
     args.out.mkdir(parents=True, exist_ok=True)
     atomic_write_text(args.out / "evaluation.md", table)
-    payload = {
-        "sequences": SEQUENCES,
-        "stand_up_s": STAND_UP_S,
-        "baseline": args.baseline,
-        "policies": [
-            {
-                **vars(s),
-                "joint_speed_per_episode_all": s.total_per_episode("velocity"),
-            }
-            for s in scores
-        ],
-        "bar": checks,
-    }
     atomic_write_text(args.out / "evaluation.json", json.dumps(payload, indent=2, default=float) + "\n")
     print(table)
     print(f"wrote {args.out / 'evaluation.md'} and evaluation.json")
     return 0
+
+
+def evaluate_course(policies: dict[str, Path], args: argparse.Namespace) -> tuple[str, dict[str, Any]]:
+    """Each policy over the course with the map and blanked: (markdown, JSON-ready results)."""
+    runs: dict[str, dict[str, course_eval.CourseRun]] = {}
+    course = None
+    for name, path in policies.items():
+        runs[name] = {}
+        for mode in course_eval.MAP_MODES:
+            print(f"driving {name} over the course ({mode})", flush=True)
+            run, course = course_eval.drive_course(
+                path,
+                args.speed,
+                blank_map=mode == "blank",
+                seed=args.seed,
+                time_limit=args.time_limit,
+                stand_up=STAND_UP_S,
+                progress=not args.no_progress,
+            )
+            runs[name][mode] = run
+    assert course is not None  # at least one policy ran
+    checks = {name: course_eval.course_bar(modes["map"], modes["blank"]) for name, modes in runs.items()}
+    payload = {
+        "description": course.describe(),
+        "speed": args.speed,
+        "time_limit_s": args.time_limit
+        if args.time_limit is not None
+        else course_eval.default_time_limit(course, args.speed),
+        "stand_up_s": STAND_UP_S,
+        "criteria": {
+            "speed_fraction": course_eval.SPEED_FRACTION_BAR,
+            "blank_speed_factor": course_eval.BLANK_SPEED_FACTOR,
+            "blank_progress_loss_m": course_eval.BLANK_PROGRESS_LOSS,
+        },
+        "policies": {
+            name: {"path": str(policies[name]), **{mode: r.summary() for mode, r in modes.items()}}
+            for name, modes in runs.items()
+        },
+        "bar": checks,
+    }
+    return course_eval.markdown(course, runs, checks), payload
 
 
 if __name__ == "__main__":

@@ -14,6 +14,12 @@ One loop over physics steps plays what happens on the robot, in order, at each s
 
 Until the first joint command the drives damp (the hardware's fail-safe).
 
+The operator is a command script unless ``run(operator=...)`` gives a closed-loop one
+(:class:`Operator`, e.g. :class:`sim2sim.driver.LineDriver` on the terrain course): it hears
+``/odometry`` like any subscriber, decides each ``/cmd_vel`` in place of the script (which it is
+shown), and may end the run early. The command goes the scripted one's way: the same message,
+topic, rate and bag.
+
 "Publishing" delivers the message object to its subscribers at once (the controller core's
 ``on_*`` callbacks, the hardware's command input) and to the bag recorder, so the bag holds
 exactly what the controller saw and sent. Time is simulation time (s) throughout, as a ROS 2 system
@@ -29,7 +35,7 @@ from collections import defaultdict
 from collections.abc import Callable, Mapping, Sequence
 from dataclasses import dataclass, field, replace
 from pathlib import Path
-from typing import TYPE_CHECKING, Any
+from typing import TYPE_CHECKING, Any, Protocol
 
 import numpy as np
 from rosbags.typesys import Stores, get_typestore
@@ -103,6 +109,26 @@ class Sim2SimConfig:
             if not (math.isfinite(value) and value > 0):
                 raise ValueError(f"{name} must be a positive rate, got {value!r}")
         self.hardware.validate()
+
+
+class Operator(Protocol):
+    """A closed-loop operator: what ``run(operator=...)`` calls, in this order, during a run.
+
+    * ``on_odometry(msg, t)``: every nav_msgs/Odometry the hardware publishes (a subscriber of
+      ``/odometry`` like the controller);
+    * ``command(script_time, scheduled) -> (vx, vy, yaw_rate)``: every cmd_vel period, the command
+      to publish on ``/cmd_vel``; ``scheduled`` is the script's command at that time and
+      ``script_time`` is < 0 before the controller enters POLICY (the script's own convention);
+    * ``done``: read at every cmd_vel period before ``command``; once true the run ends there
+      (its ``sim_time`` is then shorter than the duration asked for).
+    """
+
+    @property
+    def done(self) -> bool: ...
+
+    def on_odometry(self, msg: Any, t: float) -> None: ...
+
+    def command(self, script_time: float, scheduled: tuple[float, float, float]) -> tuple[float, float, float]: ...
 
 
 @dataclass
@@ -285,6 +311,7 @@ def run(
     video: str | os.PathLike[str] | None = None,
     video_options: VideoOptions | None = None,
     viewer_port: int | None = None,
+    operator: Operator | None = None,
     **overrides: Any,
 ) -> Sim2SimResult:
     """Run an exported policy in sim-to-sim; see the module docstring.
@@ -297,6 +324,9 @@ def run(
     ``video_options`` (frame rate in simulated time, size; :class:`viz.video.VideoOptions`).
     ``viewer_port``: serve the run to a web browser at http://127.0.0.1:PORT as it happens, in real
     time, with start/stop and velocity-command controls (:mod:`sim2sim.viewer`).
+    ``operator``: a closed-loop operator (:class:`Operator`) deciding each /cmd_vel from the
+    odometry, in place of the script (``commands`` is still the schedule it is shown, the
+    segments tracking is reported for and the command steps violation onsets are sorted by).
     """
     cfg = config if config is not None else Sim2SimConfig()
     if duration is not None:
@@ -341,6 +371,8 @@ def run(
     bus.subscribe(topics.elevation_map, core.on_grid_map)
     bus.subscribe(topics.cmd_vel, core.on_command)
     bus.subscribe(topics.joint_commands, hardware.on_joint_command)
+    if operator is not None:
+        bus.subscribe(topics.odometry, operator.on_odometry)
     # The violation monitor node's core, fed the published JointState messages as that node is.
     monitor = ViolationMonitor(robot)
     worst_events: list[ViolationEvent] = []
@@ -398,8 +430,12 @@ def run(
             if k == 1:  # the controller node is up before the robot's first state: its first diagnostics
                 bus.publish(topics.diagnostics, diagnostics_msg(factory, core, loop, t), t)
             if k % cmd_every == 0:
+                if operator is not None and operator.done:
+                    break
                 script_time = t - policy_start if policy_start is not None else -1.0
                 command_now = schedule.command_at(script_time)
+                if operator is not None:
+                    command_now = operator.command(script_time, command_now)
                 if viewer is not None:
                     command_now = viewer.command(command_now)
                 bus.publish(topics.cmd_vel, twist_msg(factory, *command_now), t)
@@ -455,7 +491,7 @@ def run(
         if viewer is not None:
             viewer.close()
     wall = time.perf_counter() - wall0
-    sim_time = total_steps * hardware.dt
+    sim_time = hardware.time  # the duration asked for, unless the operator ended the run early
     return Sim2SimResult(
         policy=str(policy),
         terrain=cfg.terrain,

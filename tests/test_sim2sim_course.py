@@ -1,25 +1,39 @@
-"""The terrain course of issue 16: its heights and the blanked map.
+"""The terrain course of issue 16: its heights, the blanked map, the line driver and the course evaluation.
 
 Heights are read from the compiled model (the surface the robot touches and the map is cut from),
 so "0.15 m" holds to the height field's float32 precision, not to the generator's float64 array.
+Runs use the shipped flat N-P3O policy (no height scan: it must not notice the blanking), a
+random-weight policy with a height scan (what its controller core scans), and a constant-action
+roller (wheels at 5 rad/s: 0.5 m/s whatever it is told) for the evaluation's arithmetic.
 """
 
 from __future__ import annotations
 
 import itertools
 import json
+import math
+from pathlib import Path
 
 import numpy as np
 import pytest
 from rosbags.typesys import Stores, get_typestore
-from test_sim2sim import ROBOT
+from test_sim2sim import ROBOT, constant_policy
 
+from aow_policy.controller import ControllerCore, ControllerState
 from aow_policy.heightmap import height_scan
 from aow_policy.messages import MessageFactory, grid_map_layer
+from aow_policy.testing import locomotion_layout, policy_contract_for, write_onnx_policy
+from sim2sim import evaluate
+from sim2sim import runner as sim_runner
+from sim2sim.cli import main as sim2sim_main
 from sim2sim.course import COURSE_SEED, CourseConfig, generate_course
+from sim2sim.course_eval import CourseRun, blank_worse_reasons, course_bar, drive_course
+from sim2sim.driver import LineDriver, pursuit_yaw_rate
 from sim2sim.hardware import RobotCentredMap
 from sim2sim.world import build_world
+from training.sim.anymal_c import WHEEL
 
+FLAT_NP3O = Path(__file__).resolve().parents[1] / "policies" / "aow_flat_np3o" / "policy.onnx"
 F = MessageFactory.from_typestore(get_typestore(Stores.ROS2_HUMBLE))
 
 
@@ -134,3 +148,202 @@ def test_blank_map_is_flat_and_valid_while_the_terrain_map_shows_the_stairs(cour
     scan_flat = height_scan(messages[True], (x, y, 0.9), 0.2, ROBOT, min_valid_fraction=1.0)
     scan_terrain = height_scan(messages[False], (x, y, 0.9), 0.2, ROBOT, min_valid_fraction=1.0)
     assert np.all(scan_flat == np.float32(0.30)) and np.ptp(scan_terrain) > 0.4
+
+
+# ---- the line driver -------------------------------------------------------------------------
+
+
+def test_pursuit_steers_towards_the_line_and_is_clipped():
+    v, look = 0.75, 1.0
+    assert pursuit_yaw_rate(0.0, 0.0, v, look, 1.5) == 0.0
+    assert pursuit_yaw_rate(0.2, 0.0, v, look, 1.5) < 0.0  # left of the line: turn right
+    assert pursuit_yaw_rate(0.0, -0.1, v, look, 1.5) > 0.0  # heading right: turn left
+    # linearised: -(2 v / L^2) e - (2 v / L) psi
+    assert pursuit_yaw_rate(0.01, 0.005, v, look, 1.5) == pytest.approx(-1.5 * 0.01 - 1.5 * 0.005, rel=1e-3)
+    assert pursuit_yaw_rate(0.0, 1.0, v, look, 0.4) == -0.4  # clipped to the contract's range
+    assert pursuit_yaw_rate(0.0, math.pi - 0.1, v, look, 1.5) == -1.5  # facing back: the fastest turn
+    assert pursuit_yaw_rate(0.0, -math.pi + 0.1, v, look, 1.5) == 1.5
+    assert pursuit_yaw_rate(0.0, 2 * math.pi + 0.1, v, look, 1.5) == pytest.approx(
+        pursuit_yaw_rate(0.0, 0.1, v, look, 1.5)
+    )
+
+
+@pytest.fixture(scope="module")
+def flat_policy_drives():
+    """The shipped flat N-P3O over the lead-in and onto the slope (7 s of driving), with the map and blanked."""
+    return {blank: drive_course(FLAT_NP3O, 0.75, blank_map=blank, time_limit=7.0)[0] for blank in (False, True)}
+
+
+def test_blanking_changes_nothing_for_a_policy_without_a_height_scan(flat_policy_drives):
+    with_map, blanked = flat_policy_drives[False], flat_policy_drives[True]
+    assert with_map.trace == blanked.trace  # every pose and command, bit for bit
+    assert len(with_map.trace["x"]) > 300  # 7 s at 50 Hz
+    assert with_map.violations_per_episode == blanked.violations_per_episode
+    assert (with_map.progress_m, with_map.falls, with_map.end) == (blanked.progress_m, blanked.falls, blanked.end)
+    assert with_map.section_reached == "slope_up" and with_map.end == "time limit"
+    assert not course_bar(with_map, blanked)["blank_worse"]
+
+
+def test_the_driver_holds_the_line_on_the_lead_in(flat_policy_drives):
+    run = flat_policy_drives[False]
+    assert run.lead_in_max_lateral_offset < 0.1 and run.lead_in_max_heading_error < 0.05
+    assert run.progress_m > 4.0  # it left the lead-in: the checks covered all of it
+    assert run.mean_speed == pytest.approx(0.75, abs=0.15)
+
+
+def test_the_driver_brings_the_robot_onto_a_line_beside_it():
+    """The line 0.3 m to the right of the spawn: steered onto it within the 4 m lead-in."""
+    course = generate_course()
+    driver = LineDriver(course.start[0], course.finish_x, -0.3, yaw_limit=1.5)
+    sim_runner.run(FLAT_NP3O, 8.0, [{"name": "c", "duration": 6.0, "vx": 0.75}], terrain="course", operator=driver)
+    tr = driver.trace.arrays()
+    progress = tr["x"] - course.start[0]
+    assert abs(tr["y"][0] + 0.3) > 0.29  # it started off the line
+    last_metre = (progress > 3.0) & (progress < 4.0)
+    assert last_metre.sum() > 50
+    assert np.max(abs(tr["y"][last_metre] + 0.3)) < 0.1 and np.max(abs(tr["yaw"][last_metre])) < 0.08
+    assert min(tr["yaw_rate"]) < -0.3  # it turned right to get there
+
+
+# ---- what a height-scan policy's controller core scans ----------------------------------------
+
+
+def test_a_height_scan_policy_sees_the_stairs_only_with_the_map(tmp_path, monkeypatch):
+    contract = policy_contract_for(ROBOT, locomotion_layout(ROBOT, height_scan=True))
+    policy = write_onnx_policy(tmp_path / "scan.onnx", contract)
+    step = ControllerCore.step
+    scans: list[np.ndarray] = []
+
+    def recording_step(core: ControllerCore, now: float):
+        in_policy = core.state is ControllerState.POLICY  # this step scans and runs the policy
+        command = step(core, now)
+        if in_policy:
+            scans.append(core.inputs.heights.copy())
+        return command
+
+    monkeypatch.setattr(ControllerCore, "step", recording_step)
+    # Spawned on flat_1 0.7 m before the first riser: the scan's front rows (+0.8 m) reach the stairs.
+    seen = {}
+    for blank in (False, True):
+        scans.clear()
+        result = drive_course(
+            policy, 0.75, blank_map=blank, time_limit=1.0, stand_up=0.5, course_config=CourseConfig(spawn=11.8)
+        )[0]
+        assert result.final_state == "POLICY" and len(scans) >= 45
+        seen[blank] = np.array(scans)
+    spread = np.ptp(seen[False], axis=1)
+    assert spread.max() == pytest.approx(0.15, abs=1e-6) and np.mean(spread > 0.14) > 0.5
+    assert np.all(np.ptp(seen[True], axis=1) == 0.0)  # every scan point at one height
+    assert np.all(abs(seen[True]) < 1e-6)  # the ground under the base on flat_1
+
+
+# ---- the evaluation ---------------------------------------------------------------------------
+
+
+def course_run(crossed: bool, progress: float, time_s: float, falls: int = 0, speed: float = 0.75) -> CourseRun:
+    return CourseRun(
+        blank_map=False,
+        speed=speed,
+        end="crossed" if crossed else "stalled",
+        crossed=crossed,
+        progress_m=progress,
+        progress_fraction=progress / 23.4,
+        section_reached="run_out" if crossed else "stairs_up",
+        final_x=0.0,
+        final_section="run_out",
+        time_s=time_s,
+        mean_speed=progress / time_s,
+        falls=[{"time": 1.0, "reason": "x", "x": 0.0, "section": "stairs_up"}] * falls,
+        violations_per_episode={"velocity": 0.0, "effort": 0.0, "any": 0.0},
+        violating_steps={"velocity": 0, "effort": 0, "any": 0},
+        policy_steps=100,
+        max_lateral_offset=0.0,
+        lead_in_max_lateral_offset=0.0,
+        lead_in_max_heading_error=0.0,
+        final_state="POLICY",
+        fault=None,
+        sim_time=1.0,
+        wall_time=1.0,
+    )
+
+
+def test_course_bar_needs_a_crossing_at_speed_and_a_worse_blank_run():
+    good = course_run(True, 23.4, 35.0)  # 0.67 m/s >= 0.8 x 0.75
+    assert course_bar(good, course_run(False, 12.0, 30.0, falls=1))["passes"]
+    same = course_bar(good, course_run(True, 23.4, 35.0))
+    assert not same["blank_worse"] and not same["passes"]  # the scan made no difference
+    slow = course_bar(course_run(True, 23.4, 40.0), course_run(False, 10.0, 30.0))  # 0.585 m/s < 0.6
+    assert slow["crossed"] and not slow["at_speed"] and not slow["passes"]
+    fell = course_bar(course_run(True, 23.4, 30.0, falls=1), course_run(False, 10.0, 30.0, falls=2))
+    assert not fell["no_fall"] and not fell["passes"]
+    assert blank_worse_reasons(good, course_run(True, 23.4, 39.0)) == ["mean speed 0.90 of the map run's"]
+    assert blank_worse_reasons(good, course_run(True, 23.4, 38.0)) == []  # 0.92: within the noise allowed
+    assert blank_worse_reasons(course_run(False, 10.0, 20.0), course_run(False, 9.4, 20.0)) == ["0.60 m less progress"]
+    assert blank_worse_reasons(good, course_run(False, 23.3, 39.0)) == ["did not cross"]
+
+
+def test_evaluate_course_end_to_end(tmp_path, monkeypatch, capsys):
+    """A roller (wheels at 5 rad/s, 0.5 m/s) for 3 s of driving: progress about 1.5 m, both map modes
+    the same (it reads no scan), so the bar fails on 'blank measurably worse'; both files written."""
+    monkeypatch.setattr(evaluate, "STAND_UP_S", 0.5)
+    monkeypatch.setattr(
+        evaluate,
+        "SEQUENCES",
+        {
+            "reference": [{"name": "forward", "duration": 1.0, "vx": 1.0}],
+            "full_range": [{"name": "stop", "duration": 0.5}],
+        },
+    )
+    actions = np.array([0.0 if j.kind == "leg" else 1.0 for j in ROBOT.joints])
+    roller = constant_policy(tmp_path / "roll.onnx", actions)
+    out = tmp_path / "eval"
+    argv = ["--course", "--policy", f"roll={roller}", "--out", str(out), "--time-limit", "3", "--no-progress"]
+    assert evaluate.main(argv) == 0
+    data = json.loads((out / "evaluation.json").read_text())
+    assert data["policies"][0]["name"] == "roll"  # the flat part is still there
+    c = data["course"]
+    assert c["description"]["seed"] == COURSE_SEED and c["speed"] == 0.75 and c["time_limit_s"] == 3.0
+    runs = c["policies"]["roll"]
+    expected = 5.0 * WHEEL.radius * 3.0
+    for mode in ("map", "blank"):
+        r = runs[mode]
+        assert r["end"] == "time limit" and not r["crossed"] and r["falls"] == []
+        assert r["progress_m"] == pytest.approx(expected, abs=0.25) and r["section_reached"] == "lead_in"
+        assert r["time_s"] == pytest.approx(3.0, abs=0.05)
+        assert r["mean_speed"] == pytest.approx(0.5, abs=0.1)
+        assert r["progress_fraction"] == pytest.approx(r["progress_m"] / 23.4)
+    assert runs["map"]["progress_m"] == runs["blank"]["progress_m"]
+    assert c["bar"]["roll"] == {
+        "crossed": False,
+        "no_fall": True,
+        "at_speed": False,
+        "blank_worse": False,
+        "blank_worse_because": [],
+        "passes": False,
+    }
+    md = (out / "evaluation.md").read_text()
+    assert "## Terrain course" in md and "| roll | map | time limit |" in md and "| roll | blank |" in md
+    assert "| roll |" in md.split("## Terrain course")[0]  # the flat table before it
+
+
+def test_evaluate_course_arguments_and_help(tmp_path, capsys):
+    policy = str(FLAT_NP3O)
+    assert evaluate.main(["--course", "--speed", "1.5", "--policy", f"a={policy}", "--out", str(tmp_path)]) == 2
+    assert "0.5 - 1.0" in capsys.readouterr().err
+    argv = ["--course-only", "--baseline", "a", "--policy", f"a={policy}", "--out", str(tmp_path)]
+    assert evaluate.main(argv) == 2
+    assert "--course-only" in capsys.readouterr().err
+    with pytest.raises(SystemExit):
+        evaluate.main(["--help"])
+    text = capsys.readouterr().out
+    for phrase in ("--course", "--course-only", "--speed", "--seed", "--time-limit", "blanked", "15 cm", "25 %"):
+        assert phrase in text, phrase
+
+
+def test_aow_sim2sim_drives_the_course_only_on_the_course(capsys):
+    with pytest.raises(SystemExit):
+        sim2sim_main(["--policy", str(FLAT_NP3O), "--drive", "0.75"])  # flat ground: no course to drive
+    assert "--terrain course" in capsys.readouterr().err
+    assert sim2sim_main(["--policy", str(FLAT_NP3O), "--terrain", "course", "--drive", "0.75", "--duration", "4",
+                         "--blank-map", "--no-progress"]) == 0  # fmt: skip
+    assert "course: time limit; progress" in capsys.readouterr().out
