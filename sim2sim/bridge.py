@@ -31,7 +31,7 @@ CLOCK_TOPIC = "/clock"
 @dataclass(frozen=True)
 class BridgeConfig:
     terrain: str = "flat"
-    seed: int = 0
+    seed: int | None = None  # None: the terrain's own default (sim2sim.world.DEFAULT_SEEDS)
     hardware: HardwareConfig = field(default_factory=HardwareConfig)
     topics: Topics = field(default_factory=Topics)
     rough: RoughTerrainConfig = field(default_factory=RoughTerrainConfig)
@@ -50,13 +50,13 @@ BRIDGE_PARAMS: tuple[ParamSpec, ...] = (
         "Ground: flat, rough (the training terrain generator) or course (issue 16's evaluation strip)",
         choices=TERRAINS,
     ),
-    # An integer parameter has no 'unset', so the default stays 0 for every terrain; the help names
-    # the course's evaluation seed.
+    # An integer parameter has no 'unset': -1 stands for the terrain's own default, so the course
+    # comes up with the blocks sim2sim.evaluate scores it with.
     ParamSpec(
         "seed",
-        _BRIDGE.seed,
-        f"Terrain seed: rough tiles, or the course's blocks (evaluation: {COURSE_SEED})",
-        0,
+        -1,
+        f"Terrain seed: rough tiles, or the course's blocks; -1: the terrain's default (rough 0, course {COURSE_SEED})",
+        -1,
         2**31 - 1,
     ),
     ParamSpec("physics_hz", _HW.physics_hz, "Physics rate = JointState rate (Hz)", 50.0, 5000.0),
@@ -96,7 +96,11 @@ def build_bridge_parser() -> argparse.ArgumentParser:
         formatter_class=argparse.RawDescriptionHelpFormatter,
     )
     p.add_argument("--terrain", choices=TERRAINS, help="ground (parameter terrain; default flat)")
-    p.add_argument("--seed", type=int, help="rough terrain or course seed (parameter seed)")
+    p.add_argument(
+        "--seed",
+        type=int,
+        help=f"rough terrain or course seed (parameter seed; default: rough 0, course {COURSE_SEED})",
+    )
     p.add_argument("--robot", dest="robot_config", help="robot contract YAML (parameter robot_config)")
     p.add_argument("--physics-hz", dest="physics_hz", type=float, help="physics = JointState rate (default 400)")
     p.add_argument("--real-time-factor", dest="real_time_factor", type=float, help="simulated s per wall s (1)")

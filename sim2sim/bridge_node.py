@@ -55,7 +55,7 @@ class SimBridgeNode(Node):
         )
         config = BridgeConfig(
             terrain=p["terrain"],
-            seed=p["seed"],
+            seed=None if p["seed"] < 0 else p["seed"],
             hardware=hardware,
             topics=topics,
             commands_delay=p["commands_delay"],

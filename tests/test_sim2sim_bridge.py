@@ -133,3 +133,20 @@ def test_bridge_node_publishes_joint_states_and_clock():  # pragma: no cover - n
         listener.destroy_node()
     finally:
         rclpy.try_shutdown()
+
+
+def test_the_seed_parameter_defaults_to_each_terrains_own_seed():
+    """-1 (the parameter's default) is 'unset': the course comes up with the blocks sim2sim.evaluate scores."""
+    from sim2sim.world import COURSE_SEED
+
+    spec = next(p for p in BRIDGE_PARAMS if p.name == "seed")
+    assert spec.default == -1 and str(COURSE_SEED) in spec.description
+    factory = MessageFactory.from_typestore(get_typestore(Stores.ROS2_HUMBLE))
+    robot = load_robot()
+
+    def heights(seed):
+        bridge = SimBridge(robot, factory, lambda *a: None, BridgeConfig(terrain="course", seed=seed))
+        return bridge.hardware.world.model.hfield_data.copy()
+
+    assert np.array_equal(heights(None), heights(COURSE_SEED))
+    assert not np.array_equal(heights(None), heights(0))
