@@ -64,11 +64,14 @@ class SegmentTracker:
             self._sum_settled[i] += error
             self._count_settled[i] += 1
 
-    def results(self) -> list[SegmentResult]:
+    def results(self, script_end: float | None = None) -> list[SegmentResult]:
+        """One result per segment. ``script_end``: the script time the run ended at, when an operator
+        ended it early (the share in POLICY counts only the part of a segment that was run)."""
         out = []
         for i, seg in enumerate(self.schedule.segments):
             n, ns = int(self._count[i]), int(self._count_settled[i])
-            expected = max(1, round(seg.duration / self.control_dt))
+            ran = seg.duration if script_end is None else min(seg.duration, max(0.0, script_end - seg.start))
+            expected = max(1, round(ran / self.control_dt))
             out.append(
                 SegmentResult(
                     name=seg.name,

@@ -499,7 +499,7 @@ def run(
         wall_time=wall,
         real_time_factor=sim_time / wall if wall > 0 else math.inf,
         policy_start=policy_start,
-        segments=tracker.results(),
+        segments=tracker.results(None if policy_start is None else sim_time - policy_start),
         falls=list(falls.events),
         final_state=core.state.value,
         fault=core.fault,

@@ -283,6 +283,11 @@ def test_tracking_error_per_segment_and_after_settling():
     np.testing.assert_allclose(a.mean_velocity, (2.5 / 4, 0.1 / 4, -0.2 / 4))
     assert b.samples == 1 and b.policy_fraction == 0.25
     np.testing.assert_allclose(b.mean_abs_error, (0, 0, 0))
+    # a run an operator ended at script time 1.25: segment b ran one period, and spent it in POLICY
+    a, b = tracker.results(script_end=1.25)
+    assert a.policy_fraction == 1.0 and b.policy_fraction == 1.0
+    _, b = tracker.results(script_end=1.5)
+    assert b.policy_fraction == 0.5
 
 
 def test_fall_events_start_once_per_fall():
