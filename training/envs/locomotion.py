@@ -444,6 +444,9 @@ class LocomotionEnv:
 
         self.sim.step(targets)
         s = self.sim.state()
+        # Simulator health (contact and solver overflows) of these physics steps, read before any
+        # reset below runs other physics; the runner logs the keys as sim/<key>.
+        sim_stats = self.sim.sim_stats()
         self.episode_length += 1
         self.steps_since_reset += 1
         self.common_step += 1
@@ -503,6 +506,7 @@ class LocomotionEnv:
             for k in obs:
                 obs[k][done_ids] = fresh[k]
         infos["sim_failures"] = self.sim_failures
+        infos["sim_stats"] = sim_stats
         return obs, rewards, costs, dones, infos
 
     def _episode_info(self, ids: torch.Tensor, failed_sim: torch.Tensor) -> dict[str, float]:

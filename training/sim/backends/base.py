@@ -9,6 +9,25 @@ import torch
 
 BACKENDS = ("mujoco", "mujoco_warp", "isaacgym")
 
+# Simulator health of one step() (its ``decimation`` physics steps), as returned by
+# ``SimBackend.sim_stats``; the environment passes them on as ``infos["sim_stats"]`` and the
+# runner logs them per iteration as ``sim/<key>``. A backend returns the keys it can measure.
+# Shares count a world once per step() if any of its physics steps had the event.
+SIM_STATS = {
+    "contacts_per_world": "contacts per world, mean over worlds and physics steps",
+    "contacts_max": "most contacts in one world at one physics step",
+    "constraint_rows_max": "most constraint rows (nefc) in one world at one physics step",
+    "solver_iterations": "constraint solver iterations per world and physics step, mean",
+    "solver_iteration_limit": "share of worlds where the solver stopped at opt.iterations unconverged",
+    "linesearch_iteration_limit": "share of worlds where a line search stopped at opt.ls_iterations",
+    "overflow_contacts": "share of worlds that lost contacts to a full contact buffer (nconmax)",
+    "overflow_constraints": "share of worlds that lost constraint rows to a full buffer (njmax)",
+    "overflow_hfield": "share of worlds where a geom met the height field in more than 50 prisms",
+    "overflow_ccd": "share of worlds that lost convex collisions to a full CCD buffer",
+    "overflow_epa_horizon": "share of worlds where EPA dropped a penetrating contact (horizon buffer full)",
+    "overflow_other": "share of worlds with any other overflow the simulator reports",
+}
+
 
 @dataclass
 class SimState:
@@ -86,5 +105,8 @@ class SimBackend(Protocol):
 
     def physics_params(self) -> torch.Tensor:
         """[N, 5] current friction, added mass, kp, kd and strength scales (privileged info)."""
+
+    def sim_stats(self) -> dict[str, float]:
+        """Simulator health over the physics steps of the last :meth:`step` (keys: ``SIM_STATS``)."""
 
     def close(self) -> None: ...

@@ -221,6 +221,11 @@ class IsaacGymBackend:
         assert self.params.shape[1] == len(PARAM_NAMES)
         return torch.as_tensor(self.params, dtype=torch.float32, device=self.device)
 
+    def sim_stats(self) -> dict[str, float]:
+        """Nothing is counted here: gymapi does not report PhysX's contact-buffer overflows or
+        solver convergence per environment."""
+        return {}
+
     def close(self) -> None:
         if getattr(self, "sim", None) is not None:
             self.gym.destroy_sim(self.sim)

@@ -30,6 +30,11 @@ from training.sim.backends.scene import Scene, apply_params, nominal_params, sam
 # Beyond this (rad/s or m/s) a state is a numerical blow-up, not motion (MuJoCo flags 1e10).
 MAX_SPEED = 1.0e4
 
+# Per-env health counters of the physics steps of one step() (see sim_stats), columns of _stats.
+_ITERS, _NCON, _NCON_MAX, _NEFC_MAX, _LIMIT, _HFIELD, _CONTACT_FULL, _CONSTRAINT_FULL = range(8)
+# C MuJoCo's buffer warnings, counted per MjData since its last reset.
+_WARNINGS = (mujoco.mjtWarning.mjWARN_CONTACTFULL, mujoco.mjtWarning.mjWARN_CNSTRFULL)
+
 
 def default_num_threads() -> int:
     return max(1, len(os.sched_getaffinity(0)) if hasattr(os, "sched_getaffinity") else os.cpu_count() or 1)
@@ -88,6 +93,18 @@ class MujocoBackend:
         self._time = np.zeros(num_envs)
         self._expected_time = np.zeros(num_envs)
         self._ctrl = np.zeros((num_envs, m.nu))
+        # One tuple per env, rewritten by its worker every step (cheaper than numpy row writes).
+        self._stats: list[tuple[int, ...]] = [(0,) * 8] * num_envs
+        # Views bound once (a fresh attribute lookup costs ~1 us, these ~0.1 us). solver_niter is
+        # per island; the robot is one kinematic tree, so it is island 0.
+        self._niter = [d.solver_niter for d in self.datas]
+        self._warning_stats = [[d.warning[int(w)] for w in _WARNINGS] for d in self.datas]
+        self._warned = [(0, 0)] * num_envs  # each env's warning counts after its last step
+        self._iteration_limit = int(m.opt.iterations)
+        # A geom meets a height field in at most mjMAXCONPAIR prisms; C MuJoCo stops there
+        # silently. Only possible with a height field and at least that many contacts.
+        floor = scene.floor_geom_id
+        self._hfield_id = floor if m.geom_type[floor] == mujoco.mjtGeom.mjGEOM_HFIELD else -1
         key = info.default_key_id
         for i, d in enumerate(self.datas):
             mujoco.mj_resetDataKeyframe(self.env_models[i], d, key)
@@ -122,10 +139,35 @@ class MujocoBackend:
     def _work(self, lo: int, hi: int, gather: bool) -> None:
         datas, models, ctrl, n = self.datas, self.env_models, self._ctrl, self.decimation
         qpos, qvel, sensors, times = self._qpos, self._qvel, self._sensors, self._time
+        stats, warned, warning_stats = self._stats, self._warned, self._warning_stats
+        limit, hfield = self._iteration_limit, self._hfield_id
         for i in range(lo, hi):
-            d = datas[i]
+            d, m, niter = datas[i], models[i], self._niter[i]
             d.ctrl[:] = ctrl[i]
-            mujoco.mj_step(models[i], d, n)
+            # One physics step at a time, to read each step's solver iterations and contacts
+            # (mj_step(m, d, n) keeps only the last). Cost measured on one thread: +4.5 us per
+            # policy step on ~75 us of one standing robot's physics (best of 15); within noise
+            # for 64 standing robots (151.4 against 151.5 us per env step, best of 30).
+            iters = ncon = ncon_max = nefc_max = at_limit = capped = 0
+            for _ in range(n):
+                mujoco.mj_step(m, d)
+                k, c, e = int(niter[0]), d.ncon, d.nefc
+                iters += k
+                ncon += c
+                if c > ncon_max:
+                    ncon_max = c
+                    # A geom meets the height field in mjMAXCONPAIR prisms only among as many contacts.
+                    if hfield >= 0 and c >= mujoco.mjMAXCONPAIR and not capped:
+                        capped = _hfield_pair_capped(d, c, hfield)
+                if e > nefc_max:
+                    nefc_max = e
+                if k >= limit:  # counted also when it converged exactly at the last allowed iteration
+                    at_limit = 1
+            ws = warning_stats[i]
+            full = ws[0].number, ws[1].number
+            before = warned[i]
+            warned[i] = full
+            stats[i] = (iters, ncon, ncon_max, nefc_max, at_limit, capped, full[0] > before[0], full[1] > before[1])
             if gather:
                 qpos[i] = d.qpos
                 qvel[i] = d.qvel
@@ -155,6 +197,24 @@ class MujocoBackend:
         self._run(gather=False)
         self._expected_time += self.decimation * self.physics_dt
         self._state = None
+
+    # ---- simulator health ---------------------------------------------------------------------
+
+    def sim_stats(self) -> dict[str, float]:
+        """Counters of the last step (keys: ``base.SIM_STATS``; C MuJoCo has no CCD or EPA
+        buffers to overflow, and reports no line-search limit)."""
+        s = np.array(self._stats, dtype=np.int64)
+        stats = {
+            "overflow_contacts": float(s[:, _CONTACT_FULL].mean()),
+            "overflow_constraints": float(s[:, _CONSTRAINT_FULL].mean()),
+            "overflow_hfield": float(s[:, _HFIELD].mean()),
+        }
+        stats["solver_iteration_limit"] = float(s[:, _LIMIT].mean())
+        stats["solver_iterations"] = float(s[:, _ITERS].mean()) / self.decimation
+        stats["contacts_per_world"] = float(s[:, _NCON].mean()) / self.decimation
+        stats["contacts_max"] = float(s[:, _NCON_MAX].max())
+        stats["constraint_rows_max"] = float(s[:, _NEFC_MAX].max())
+        return stats
 
     # ---- state ----------------------------------------------------------------------------
 
@@ -229,6 +289,8 @@ class MujocoBackend:
             d.qvel[info.qvel_adr] = jv[k]
             mujoco.mj_forward(m, d)
             self._gather_one(i)
+        for i in ids:
+            self._warned[i] = (0, 0)  # mj_resetData zeroes the warning counts
         self._expected_time[ids] = 0.0
         self._state = None
 
@@ -274,3 +336,12 @@ class MujocoBackend:
     def __del__(self) -> None:
         with contextlib.suppress(Exception):  # interpreter shutdown
             self.close()
+
+
+def _hfield_pair_capped(d: mujoco.MjData, ncon: int, hfield: int) -> bool:
+    """Whether some geom has mjMAXCONPAIR contacts with the height field ``hfield`` (C MuJoCo's
+    cap per geom pair: the prisms beyond it are not tested)."""
+    geoms = d.contact.geom[:ncon]
+    other = np.where(geoms[:, 0] == hfield, geoms[:, 1], np.where(geoms[:, 1] == hfield, geoms[:, 0], -1))
+    counts = np.bincount(other[other >= 0])
+    return bool(counts.size) and int(counts.max()) >= mujoco.mjMAXCONPAIR

@@ -15,6 +15,8 @@ enters the dynamics directly, only constraint-impedance scaling keeps the nomina
 from __future__ import annotations
 
 import copy
+import functools
+import warnings
 
 import mujoco
 import numpy as np
@@ -26,6 +28,82 @@ from training.sim.backends.mujoco_cpu import MAX_SPEED
 from training.sim.backends.scene import Scene, nominal_params, sample_params
 
 BATCHED_FIELDS = ("geom_friction", "body_mass", "actuator_gainprm", "actuator_biasprm")
+
+# Columns of the per-world accumulator the stats kernels fill during the physics steps of a step().
+_ACC_FLAGS, _ACC_ITERS, _ACC_NCON, _ACC_NCON_MAX, _ACC_NEFC_MAX = range(5)
+
+
+def _overflow_keys(mjw) -> dict[str, int]:
+    """``sim_stats`` keys of MuJoCo Warp's per-world overflow bits (``d.overflow``, OverflowType)."""
+    t = mjw.OverflowType
+    keys = {
+        "overflow_contacts": t.BROADPHASE | t.NARROWPHASE,
+        "overflow_constraints": t.NEFC | t.NJMAX_NNZ,
+        "overflow_hfield": t.HFIELD,
+        "overflow_ccd": t.CCD,
+        "overflow_epa_horizon": t.EPA_HORIZON,
+        "solver_iteration_limit": t.ITERATIONS,
+        "linesearch_iteration_limit": t.LS_ITERATIONS,
+    }
+    named = functools.reduce(lambda a, b: a | b, keys.values())
+    keys["overflow_other"] = t.ALL & ~named
+    return {k: int(v) for k, v in keys.items()}
+
+
+@functools.cache
+def _stats_kernels():
+    """Two warp kernels launched after every physics step (inside the CUDA graph on a GPU), so
+    the counters cost two small launches per physics step and no host synchronisation; the host
+    reads the [nworld, 5] accumulator once per policy step (``sim_stats``).
+
+    ``count_contacts`` (one thread per contact slot) counts this physics step's contacts per
+    world (those the solver uses); ``fold`` (one thread per world) folds them, the overflow bits
+    and the solver's iteration count into the accumulator (``first``: the first physics step of
+    a policy step starts it afresh) and clears the overflow bits, which
+    MuJoCo Warp only ever sets (its ``d.overflow`` is sticky until ``reset_data``), so each step
+    reports its own overflows.
+    """
+    import warp as wp
+
+    @wp.kernel(module="unique", enable_backward=False)
+    def count_contacts(
+        nacon: wp.array(dtype=int),
+        worldid: wp.array(dtype=int),
+        contact_type: wp.array(dtype=int),
+        ncon: wp.array(dtype=int),
+    ):
+        i = wp.tid()
+        if i < nacon[0] and (contact_type[i] & 1) != 0:
+            wp.atomic_add(ncon, worldid[i], 1)
+
+    @wp.kernel(module="unique", enable_backward=False)
+    def fold(
+        first: int,
+        overflow: wp.array(dtype=int),
+        niter: wp.array(dtype=int),
+        nefc: wp.array(dtype=int),
+        ncon: wp.array(dtype=int),
+        acc: wp.array2d(dtype=int),
+    ):
+        w = wp.tid()
+        c = ncon[w]
+        bits = overflow[w]
+        if first != 0:
+            acc[w, 0] = bits
+            acc[w, 1] = niter[w]
+            acc[w, 2] = c
+            acc[w, 3] = c
+            acc[w, 4] = nefc[w]
+        else:
+            acc[w, 0] = acc[w, 0] | bits
+            acc[w, 1] = acc[w, 1] + niter[w]
+            acc[w, 2] = acc[w, 2] + c
+            acc[w, 3] = wp.max(acc[w, 3], c)
+            acc[w, 4] = wp.max(acc[w, 4], nefc[w])
+        overflow[w] = 0
+        ncon[w] = 0
+
+    return count_contacts, fold
 
 
 class MujocoWarpBackend:
@@ -65,6 +143,15 @@ class MujocoWarpBackend:
         # Warp's line search needs more iterations than C MuJoCo's to reach its tolerance here
         # (it warns at 20); more only costs time where the search has not converged.
         model.opt.ls_iterations = max(model.opt.ls_iterations, 50)
+        # opt.iterations stays the model's 20. Measured on aow_rough: C MuJoCo (float64) and
+        # MuJoCo Warp (float32) need the same Newton iterations here (4.7 and 4.6 per physics
+        # step on average driving the flat policy, with the same tail): stiff near-rigid contacts
+        # changing their active set, not float32. Per 10,000 world policy steps C MuJoCo reaches
+        # 20 in 0.3 (policy) to 0.9 (random actions; it also counts converging at the 20th),
+        # MuJoCo Warp in none of 128,000 (policy, random) and 0.8 with violent random actions.
+        # Raising it would lengthen every GPU step in which one of 16k worlds is in that tail, for
+        # states whose replays converged in 9-14 iterations; the
+        # rate is counted instead (sim_stats "solver_iteration_limit").
         # Warp never auto-resets (and refuses the flag that turns C MuJoCo's auto-reset off).
         model.opt.disableflags &= ~int(mujoco.mjtDisableBit.mjDSBL_AUTORESET)
         data = mujoco.MjData(model)
@@ -73,7 +160,27 @@ class MujocoWarpBackend:
         batch = {name: num_envs for name in BATCHED_FIELDS} if self.randomization.enabled else None
         with wp.ScopedDevice(self._wp_device):
             self.m = mjw.put_model(model, batch_sizes=batch)
+            # Contact and constraint budgets (None: MuJoCo Warp's choice for the model, 128 contacts
+            # and 1024 constraint rows per world with the height field, 48 and 64 on the plane).
+            # Contacts are pooled over the worlds, rows are per world. Measured on aow_rough: the
+            # broad phase pairs every robot geom with the ground in every world and step (the
+            # height field's bounds cover the terrain), 28 candidate pairs per world that share the
+            # contact buffer; contacts per world 3.7 on average (flat policy), at most 55 (fallen
+            # robots); rows at most 225 (4 per pyramidal contact); a collapsed robot could reach
+            # 28 x 4 = 112 contacts and 460 rows. No contact or row overflow was counted in 1.6
+            # million world physics steps; a budget below the 28 candidates overflows in every
+            # world (tests/test_sim_fidelity.py plants one).
             self.d = mjw.put_data(model, data, nworld=num_envs, nconmax=nconmax, njmax=njmax)
+            # Overflows are counted per world (sim_stats) instead of printed by the kernels: at
+            # 16k worlds a one-in-10^5 event printed several lines a second. A compile-time
+            # switch of the kernels, so it is set before the first step builds them.
+            self.m.opt.warn_overflow = 0
+            self._step_ncon = wp.zeros(num_envs, dtype=int)
+            self._acc = wp.zeros((num_envs, 5), dtype=int)
+        self._acc_t = t_acc = wp.to_torch(self._acc)
+        self._overflow_keys = _overflow_keys(mjw)
+        self._overflow_bits = torch.tensor(list(self._overflow_keys.values()), dtype=t_acc.dtype, device=self.device)
+        self._reported: set[str] = set()
         t = wp.to_torch
         self._qpos, self._qvel, self._ctrl = t(self.d.qpos), t(self.d.qvel), t(self.d.ctrl)
         self._sensors, self._time = t(self.d.sensordata), t(self.d.time)
@@ -97,7 +204,7 @@ class MujocoWarpBackend:
     # ---- stepping -------------------------------------------------------------------------
 
     def _physics(self) -> None:
-        wp, mjw = self._wp, self._mjw
+        wp = self._wp
         with wp.ScopedDevice(self._wp_device):
             if self._graph is not None:
                 wp.capture_launch(self._graph)
@@ -105,14 +212,34 @@ class MujocoWarpBackend:
                 # Kernels are compiled by now (first step ran eagerly): record the decimation
                 # loop once, then replay it; a capture records launches without running them.
                 with wp.ScopedCapture() as capture:
-                    for _ in range(self.decimation):
-                        mjw.step(self.m, self.d)
+                    self._launch_steps()
                 self._graph = capture.graph
                 wp.capture_launch(self._graph)
             else:
-                for _ in range(self.decimation):
-                    mjw.step(self.m, self.d)
+                self._launch_steps()
                 self._eager_steps += 1
+
+    def _launch_steps(self) -> None:
+        """The physics steps of one policy step, each followed by the stats kernels."""
+        wp, mjw, d = self._wp, self._mjw, self.d
+        count_contacts, fold = _stats_kernels()
+        for k in range(self.decimation):
+            mjw.step(self.m, d)
+            wp.launch(
+                count_contacts, dim=d.naconmax, inputs=[d.nacon, d.contact.worldid, d.contact.type, self._step_ncon]
+            )
+            wp.launch(
+                fold,
+                dim=self.num_envs,
+                inputs=[
+                    int(k == 0),
+                    d.overflow,
+                    d.solver_niter,
+                    d.nefc,
+                    self._step_ncon,
+                    self._acc,
+                ],
+            )
 
     def step(self, targets: torch.Tensor) -> None:
         self._ctrl[:, self._act_ids] = targets.to(self.device, torch.float32)
@@ -221,6 +348,31 @@ class MujocoWarpBackend:
 
     def physics_params(self) -> torch.Tensor:
         return torch.as_tensor(self.params, dtype=torch.float32, device=self.device)
+
+    # ---- simulator health ---------------------------------------------------------------------
+
+    def sim_stats(self) -> dict[str, float]:
+        """Counters of the last step (keys: ``base.SIM_STATS``), reduced on the device and read
+        with one transfer: the only host synchronisation they add is this, once per policy step."""
+        acc = self._acc_t
+        flags = acc[:, _ACC_FLAGS]
+        shares = ((flags[:, None] & self._overflow_bits) != 0).float().mean(0)
+        per_step = acc[:, [_ACC_ITERS, _ACC_NCON]].float().mean(0) / self.decimation
+        peaks = acc[:, [_ACC_NCON_MAX, _ACC_NEFC_MAX]].amax(0).float()
+        values = torch.cat([shares, per_step, peaks]).tolist()
+        keys = [*self._overflow_keys, "solver_iterations", "contacts_per_world", "contacts_max", "constraint_rows_max"]
+        stats = dict(zip(keys, values, strict=True))
+        for key in self._overflow_keys:
+            if stats[key] > 0.0 and key not in self._reported:
+                # Once per run and kind, so the console says it happens; the rate is in the logs.
+                self._reported.add(key)
+                warnings.warn(
+                    f"MuJoCo Warp: {key} in {stats[key]:.3%} of the worlds of this step; counted in "
+                    f"sim_stats (logged as sim/{key}) and not reported again",
+                    RuntimeWarning,
+                    stacklevel=2,
+                )
+        return stats
 
     def close(self) -> None:
         self._graph = None
