@@ -26,6 +26,8 @@ SIM_STATS = {
     "overflow_ccd": "share of worlds that lost convex collisions to a full CCD buffer",
     "overflow_epa_horizon": "share of worlds where EPA dropped a penetrating contact (horizon buffer full)",
     "overflow_other": "share of worlds with any other overflow the simulator reports",
+    "contacts_into_terrain": "share of worlds given a height-field contact pointing into the terrain, > 5 mm deep "
+    "(a collision error; dropped before the solver)",
 }
 
 

@@ -31,6 +31,18 @@ BATCHED_FIELDS = ("geom_friction", "body_mass", "actuator_gainprm", "actuator_bi
 
 # Columns of the per-world accumulator the stats kernels fill during the physics steps of a step().
 _ACC_FLAGS, _ACC_ITERS, _ACC_NCON, _ACC_NCON_MAX, _ACC_NEFC_MAX = range(5)
+# Our own flag in the accumulator's overflow column, above MuJoCo Warp's OverflowType bits: a
+# height-field contact pointing into the terrain deeper than _INTO_TERRAIN_DEPTH (see
+# _contact_filter_kernel).
+_INTO_TERRAIN = 1 << 24
+# A height-field contact whose normal (from the terrain to the robot geom) has z below this
+# cannot be right: the prism columns MuJoCo collides reach 1 m below the lowest terrain point, so
+# no geom leaves one through its bottom; tops give upward normals, side walls horizontal ones.
+_INTO_TERRAIN_NZ = -0.5
+# Deeper than this, such a contact is a collision error, counted (contacts_into_terrain); the
+# shallower ones seen (0.1-1.5 mm, the normal of a contact at ~zero depth taken from witness
+# points that float32 cannot tell apart ~36 m from the origin) are dropped as well, uncounted.
+_INTO_TERRAIN_DEPTH = 0.005
 
 
 def _overflow_keys(mjw) -> dict[str, int]:
@@ -47,7 +59,44 @@ def _overflow_keys(mjw) -> dict[str, int]:
     }
     named = functools.reduce(lambda a, b: a | b, keys.values())
     keys["overflow_other"] = t.ALL & ~named
+    keys["contacts_into_terrain"] = _INTO_TERRAIN
     return {k: int(v) for k, v in keys.items()}
+
+
+@functools.cache
+def _contact_filter_kernel():
+    """A kernel for MuJoCo Warp's ``contactfilter`` callback (run after the narrow phase, before
+    the constraints are built): height-field contacts whose normal points into the terrain lose
+    their constraint (and contact-sensor) flag, and their world is flagged if one was deeper than
+    _INTO_TERRAIN_DEPTH. With ``warp_fixes.fix_height_field_witness`` applied the deep ones left
+    are on capsules (the shanks), 1.4-15 cm deep where C MuJoCo reports no contact at all: 6 in
+    12,800 world physics steps of the flat policy on rough terrain (wheels: none left; before the
+    fix, 46 on wheels). Dropping one matches C MuJoCo; applying it would push the leg into the
+    ground with a spring as deep as the error."""
+    import warp as wp
+
+    @wp.kernel(module="unique", enable_backward=False)
+    def drop_into_terrain(
+        nacon: wp.array(dtype=int),
+        worldid: wp.array(dtype=int),
+        geom: wp.array(dtype=wp.vec2i),
+        frame: wp.array(dtype=wp.mat33),
+        dist: wp.array(dtype=float),
+        is_hfield: wp.array(dtype=int),
+        contact_type: wp.array(dtype=int),
+        flags: wp.array(dtype=int),
+    ):
+        i = wp.tid()
+        if i >= nacon[0]:
+            return
+        g = geom[i]
+        nz = frame[i][0, 2]  # the normal (frame row 0) points from geom 0 to geom 1
+        if (is_hfield[g[0]] != 0 and nz < _INTO_TERRAIN_NZ) or (is_hfield[g[1]] != 0 and nz > -_INTO_TERRAIN_NZ):
+            contact_type[i] = contact_type[i] & ~1  # ContactType.CONSTRAINT
+            if dist[i] < -_INTO_TERRAIN_DEPTH:
+                wp.atomic_or(flags, worldid[i], _INTO_TERRAIN)
+
+    return drop_into_terrain
 
 
 @functools.cache
@@ -57,9 +106,9 @@ def _stats_kernels():
     reads the [nworld, 5] accumulator once per policy step (``sim_stats``).
 
     ``count_contacts`` (one thread per contact slot) counts this physics step's contacts per
-    world (those the solver uses); ``fold`` (one thread per world) folds them, the overflow bits
-    and the solver's iteration count into the accumulator (``first``: the first physics step of
-    a policy step starts it afresh) and clears the overflow bits, which
+    world (those the solver uses); ``fold`` (one thread per world) folds them, the overflow bits,
+    the contact filter's flags and the solver's iteration count into the accumulator (``first``:
+    the first physics step of a policy step starts it afresh) and clears the overflow bits, which
     MuJoCo Warp only ever sets (its ``d.overflow`` is sticky until ``reset_data``), so each step
     reports its own overflows.
     """
@@ -83,11 +132,12 @@ def _stats_kernels():
         niter: wp.array(dtype=int),
         nefc: wp.array(dtype=int),
         ncon: wp.array(dtype=int),
+        flags: wp.array(dtype=int),
         acc: wp.array2d(dtype=int),
     ):
         w = wp.tid()
         c = ncon[w]
-        bits = overflow[w]
+        bits = overflow[w] | flags[w]
         if first != 0:
             acc[w, 0] = bits
             acc[w, 1] = niter[w]
@@ -101,6 +151,7 @@ def _stats_kernels():
             acc[w, 3] = wp.max(acc[w, 3], c)
             acc[w, 4] = wp.max(acc[w, 4], nefc[w])
         overflow[w] = 0
+        flags[w] = 0
         ncon[w] = 0
 
     return count_contacts, fold
@@ -123,6 +174,9 @@ class MujocoWarpBackend:
 
         wp.config.quiet = True
         wp.init()
+        from training.sim.backends.warp_fixes import fix_height_field_witness
+
+        self.height_field_fix = fix_height_field_witness()  # before any kernel is built
         self._wp, self._mjw = wp, mjw
         self.scene = scene
         self.num_envs = num_envs
@@ -176,6 +230,11 @@ class MujocoWarpBackend:
             # switch of the kernels, so it is set before the first step builds them.
             self.m.opt.warn_overflow = 0
             self._step_ncon = wp.zeros(num_envs, dtype=int)
+            self._step_flags = wp.zeros(num_envs, dtype=int)
+            is_hfield = model.geom_type == mujoco.mjtGeom.mjGEOM_HFIELD
+            if is_hfield.any():
+                self._geom_is_hfield = wp.array(is_hfield.astype(np.int32), dtype=int)
+                self.m.callback.contactfilter = self._drop_contacts_into_terrain
             self._acc = wp.zeros((num_envs, 5), dtype=int)
         self._acc_t = t_acc = wp.to_torch(self._acc)
         self._overflow_keys = _overflow_keys(mjw)
@@ -237,9 +296,19 @@ class MujocoWarpBackend:
                     d.solver_niter,
                     d.nefc,
                     self._step_ncon,
+                    self._step_flags,
                     self._acc,
                 ],
             )
+
+    def _drop_contacts_into_terrain(self, m, d) -> None:
+        """MuJoCo Warp's contactfilter callback (see _contact_filter_kernel)."""
+        c = d.contact
+        self._wp.launch(
+            _contact_filter_kernel(),
+            dim=d.naconmax,
+            inputs=[d.nacon, c.worldid, c.geom, c.frame, c.dist, self._geom_is_hfield, c.type, self._step_flags],
+        )
 
     def step(self, targets: torch.Tensor) -> None:
         self._ctrl[:, self._act_ids] = targets.to(self.device, torch.float32)
