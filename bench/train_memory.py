@@ -12,12 +12,19 @@ added, so fixed parts (the model, the terrain) do not count per environment.
 - ``env_buffers``: the environment's own torch tensors (commands, observations, episode sums,
   height-scan points, ...), built on the C MuJoCo backend to keep warp kernels out of the
   measurement (the C backend's MjData are left out: a GPU run has the warp ones instead).
+- ``warp_step_scratch``: what MuJoCo Warp allocates *inside* one physics step (collision
+  scratch: EPA polytopes for every collision slot, broad-phase sort buffers), counted by wrapping
+  warp's allocation functions while the step runs on warp's CPU device (the first run compiles
+  warp's kernels: minutes, cached afterwards). On a GPU these come from the memory pool, and a
+  captured CUDA graph keeps them for its lifetime: the policy step's graph (4 physics steps) holds
+  between one and four times this.
 - ``rollout_storage``: the runner's RolloutStorage for ``--steps-per-env`` steps with the task's
   observation sizes and cost groups.
 
 Not included (say so when quoting the figure): the CUDA context and warp's compiled modules and
 CUDA graphs (a fixed few hundred MB), the caching allocator's slack, and the update's activations
-(minibatch-sized, a few hundred MB at 16k envs). The goal checked: the measured parts for 16,384
+(minibatch-sized, a few hundred MB at 16k envs), and the three further physics steps' scratch a
+CUDA graph may hold. The goal checked: the measured parts for 16,384
 environments fit in a quarter of an H100's 80 GB, leaving the rest for what is not measured.
 """
 
@@ -69,8 +76,44 @@ def _tensor_bytes(obj: Any, seen: set[int], depth: int = 0) -> int:
     return 0
 
 
-def warp_sim_bytes(task: str, num_envs: int, overrides: dict[str, Any] | None = None) -> tuple[int, int]:
-    """(Model bytes, Data bytes) of MuJoCo Warp for ``task``'s scene with ``num_envs`` worlds."""
+class _CountWarpAllocations:
+    """Bytes of the warp arrays allocated while the context is open (warp's allocation functions
+    wrapped): MuJoCo Warp allocates its collision scratch (EPA polytopes per collision slot, sort
+    buffers) inside every step."""
+
+    NAMES = ("empty", "zeros", "full", "ones", "empty_like", "zeros_like", "full_like", "clone")
+
+    def __enter__(self) -> _CountWarpAllocations:
+        import warp as wp
+
+        self.bytes = 0
+        self._saved = {name: getattr(wp, name) for name in self.NAMES if hasattr(wp, name)}
+        for name, fn in self._saved.items():
+            setattr(wp, name, self._counting(fn))
+        return self
+
+    def _counting(self, fn: Any) -> Any:
+        import warp as wp
+
+        def allocate(*args: Any, **kwargs: Any) -> Any:
+            array = fn(*args, **kwargs)
+            if isinstance(array, wp.array):
+                self.bytes += int(array.capacity or 0)
+            return array
+
+        return allocate
+
+    def __exit__(self, *exc: object) -> None:
+        import warp as wp
+
+        for name, fn in self._saved.items():
+            setattr(wp, name, fn)
+
+
+def warp_sim_bytes(task: str, num_envs: int, overrides: dict[str, Any] | None = None) -> tuple[int, int, int]:
+    """(Model bytes, Data bytes, bytes allocated inside one physics step) of MuJoCo Warp for
+    ``task``'s scene with ``num_envs`` worlds. The step runs warp's kernels on its CPU device: the
+    first time compiles them (minutes; cached in ~/.cache/warp afterwards)."""
     from aow_policy.robot import load_robot
     from training.envs import task_config
     from training.sim.backends.base import PhysicsRandomization
@@ -91,7 +134,12 @@ def warp_sim_bytes(task: str, num_envs: int, overrides: dict[str, Any] | None = 
         warp_njmax=cfg.sim.warp_njmax,
         device="cpu",
     )
-    return _warp_bytes(backend.m, set()), _warp_bytes(backend.d, set())
+    import mujoco_warp as mjw
+    import warp as wp
+
+    with wp.ScopedDevice("cpu"), _CountWarpAllocations() as step_allocations:
+        mjw.step(backend.m, backend.d)
+    return _warp_bytes(backend.m, set()), _warp_bytes(backend.d, set()), step_allocations.bytes
 
 
 def env_and_storage_bytes(task: str, num_envs: int, steps_per_env: int) -> tuple[int, int]:
@@ -124,12 +172,13 @@ def measure(
     """Per-environment and fixed bytes of each part; ``overrides`` are task overrides (e.g. the
     warp contact budgets) for the simulator part."""
     added = large - small
-    model_s, data_s = warp_sim_bytes(task, small, overrides)
-    model_l, data_l = warp_sim_bytes(task, large, overrides)
+    model_s, data_s, scratch_s = warp_sim_bytes(task, small, overrides)
+    model_l, data_l, scratch_l = warp_sim_bytes(task, large, overrides)
     env_s, storage_s = env_and_storage_bytes(task, small, steps_per_env)
     env_l, storage_l = env_and_storage_bytes(task, large, steps_per_env)
     per_env = {
         "warp_sim": (model_l + data_l - model_s - data_s) / added,
+        "warp_step_scratch": (scratch_l - scratch_s) / added,
         "env_buffers": (env_l - env_s) / added,
         "rollout_storage": (storage_l - storage_s) / added,
     }
@@ -138,6 +187,7 @@ def measure(
         "warp_model": float(model_l),
         "warp_data_fixed": data_l - per_env["warp_sim"] * large,
         "env_fixed": env_l - per_env["env_buffers"] * large,
+        "warp_step_scratch_fixed": scratch_l - per_env["warp_step_scratch"] * large,
     }
     at_goal = sum(fixed.values()) + per_env["total"] * GOAL_ENVS
     return {
@@ -166,7 +216,8 @@ def main(argv: list[str] | None = None) -> int:
     if not args.json:
         per = result["per_1000_envs_mb"]
         print(
-            f"{args.task}: per 1,000 envs {per['total']:.0f} MB (MuJoCo Warp {per['warp_sim']:.0f}, env buffers "
+            f"{args.task}: per 1,000 envs {per['total']:.0f} MB (MuJoCo Warp {per['warp_sim']:.0f} + "
+            f"{per['warp_step_scratch']:.0f} allocated inside a step, env buffers "
             f"{per['env_buffers']:.0f}, rollout storage {per['rollout_storage']:.0f}); measured parts at "
             f"{GOAL_ENVS} envs {result[f'measured_parts_at_{GOAL_ENVS}_envs_gb']:.1f} GB "
             f"(goal <= {GOAL_BYTES / 1e9:.0f} GB: {'met' if result['meets_goal'] else 'NOT met'})",
