@@ -194,10 +194,7 @@ def main(root: Path, dest: Path) -> None:
         ax.set_ylabel(label)
         ax.grid(alpha=0.3)
     axes[0, 0].legend(fontsize=8)
-    fig.suptitle(
-        f"{task}, cost limit 25 per 1000-step episode "
-        "(mean ± std over seeds, 5-iteration moving average)"
-    )
+    fig.suptitle(f"{task}, cost limit 25 per 1000-step episode (mean ± std over seeds, 5-iteration moving average)")
     fig.tight_layout()
     fig.savefig(dest / "curves.png", dpi=90)
     plt.close(fig)
