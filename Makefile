@@ -59,13 +59,8 @@ format: install
 	$(BIN)/ruff check --fix .
 	$(BIN)/ruff format .
 
-# The launch-level ROS graph tests start whole ROS process trees; they run in an interpreter of
-# their own. In the same pytest process after the ~630 other tests, five of them saw their launch
-# outlive the 5 s stop bound (every one passes alone and after the r* tests; the cause was not
-# found in this session), so the suite is split, as a user runs them: one launch at a time.
 test: install lint colcon-venv $(if $(ROS_SETUP),ros-venv)
-	$(if $(ROS_SETUP),$(ROS_ENV)) $(BIN)/python -m pytest --ignore=tests/test_ros_graph.py
-	$(if $(ROS_SETUP),$(ROS_ENV)) $(BIN)/python -m pytest tests/test_ros_graph.py
+	$(if $(ROS_SETUP),$(ROS_ENV)) $(BIN)/python -m pytest
 
 test-slow: install $(if $(ROS_SETUP),ros-venv)
 	$(if $(ROS_SETUP),$(ROS_ENV)) AOW_RUN_SLOW=1 $(BIN)/python -m pytest -m slow
