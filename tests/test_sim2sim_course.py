@@ -17,7 +17,8 @@ from pathlib import Path
 import numpy as np
 import pytest
 from rosbags.typesys import Stores, get_typestore
-from test_sim2sim import ROBOT, constant_policy
+from test_sim2sim import ROBOT
+from test_sim2sim_evaluate import roller_policy, shorten_sequences
 
 from aow_policy.controller import ControllerCore, ControllerState
 from aow_policy.heightmap import height_scan
@@ -285,17 +286,8 @@ def test_course_bar_needs_a_crossing_at_speed_and_a_worse_blank_run():
 def test_evaluate_course_end_to_end(tmp_path, monkeypatch, capsys):
     """A roller (wheels at 5 rad/s, 0.5 m/s) for 3 s of driving: progress about 1.5 m, both map modes
     the same (it reads no scan), so the bar fails on 'blank measurably worse'; both files written."""
-    monkeypatch.setattr(evaluate, "STAND_UP_S", 0.5)
-    monkeypatch.setattr(
-        evaluate,
-        "SEQUENCES",
-        {
-            "reference": [{"name": "forward", "duration": 1.0, "vx": 1.0}],
-            "full_range": [{"name": "stop", "duration": 0.5}],
-        },
-    )
-    actions = np.array([0.0 if j.kind == "leg" else 1.0 for j in ROBOT.joints])
-    roller = constant_policy(tmp_path / "roll.onnx", actions)
+    shorten_sequences(monkeypatch, forward_s=1.0, stop_s=0.5)
+    roller = roller_policy(tmp_path / "roll.onnx")
     out = tmp_path / "eval"
     argv = ["--course", "--policy", f"roll={roller}", "--out", str(out), "--time-limit", "3", "--no-progress"]
     assert evaluate.main(argv) == 0

@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import json
+from pathlib import Path
 
 import numpy as np
 import pytest
@@ -57,19 +58,28 @@ def test_a_baseline_without_violations_cannot_demonstrate_the_factor() -> None:
     assert "n/a" in evaluate.markdown([], {"np3o": checks})
 
 
-def test_evaluation_of_a_rolling_policy(tmp_path, monkeypatch) -> None:
-    """Wheels at +5 rad/s: the forward error is |1.0 - 5 r| (analytic), no fall, files written."""
+def shorten_sequences(monkeypatch: pytest.MonkeyPatch, forward_s: float, stop_s: float) -> None:
+    """A 0.5 s stand-up and two one-segment sequences: 1.0 m/s forward, then a stop."""
     monkeypatch.setattr(evaluate, "STAND_UP_S", 0.5)
     monkeypatch.setattr(
         evaluate,
         "SEQUENCES",
         {
-            "reference": [{"name": "forward", "duration": 3.0, "vx": 1.0}],
-            "full_range": [{"name": "stop", "duration": 1.0}],
+            "reference": [{"name": "forward", "duration": forward_s, "vx": 1.0}],
+            "full_range": [{"name": "stop", "duration": stop_s}],
         },
     )
-    actions = np.array([0.0 if j.kind == "leg" else 1.0 for j in ROBOT.joints])
-    roller = constant_policy(tmp_path / "roll.onnx", actions)
+
+
+def roller_policy(path: Path) -> Path:
+    """Legs held at the default pose, wheels at +5 rad/s (action 1.0): it rolls straight ahead."""
+    return constant_policy(path, np.array([0.0 if j.kind == "leg" else 1.0 for j in ROBOT.joints]))
+
+
+def test_evaluation_of_a_rolling_policy(tmp_path, monkeypatch) -> None:
+    """Wheels at +5 rad/s: the forward error is |1.0 - 5 r| (analytic), no fall, files written."""
+    shorten_sequences(monkeypatch, forward_s=3.0, stop_s=1.0)
+    roller = roller_policy(tmp_path / "roll.onnx")
     still = constant_policy(tmp_path / "still.onnx", np.zeros(len(ROBOT.joints)))
     out = tmp_path / "eval"
     assert evaluate.main(["--policy", f"roll={roller}", "--policy", f"still={still}", "--baseline", "still",

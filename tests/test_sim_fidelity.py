@@ -89,6 +89,37 @@ def standing_and_pressed(robot, standing_height: float):
     return pos, quat, torch.zeros(2, 3), torch.zeros(2, 3), joint_pos, torch.zeros(2, 16)
 
 
+def standing_targets(robot, n: int = 2) -> torch.Tensor:
+    """Joint targets holding the default pose: leg positions, wheel velocities 0."""
+    targets = torch.tensor(robot.default_positions, dtype=torch.float32).expand(n, -1).clone()
+    targets[:, 12:] = 0.0  # wheels: velocity targets
+    return targets
+
+
+def iteration_limit_shares(name: str, robot, keys: set[str]) -> dict[int, list[float]]:
+    """A robot landing from 5 cm next to a standing one, 10 steps with the solver capped at 20 and
+    at 4 iterations: the share of worlds at the iteration limit per step, for each cap."""
+    limits: dict[int, list[float]] = {}
+    for iterations in (20, 4):
+        be = backend(name, robot, flat_field(), 2, solver=SolverConfig(iterations=iterations))
+        try:
+            pos, quat, *rest = standing_and_pressed(robot, be.standing_height)
+            quat[1] = torch.tensor([1.0, 0.0, 0.0, 0.0])
+            pos[1, 2] = be.standing_height + 0.05
+            be.reset(torch.arange(2), pos, quat, *rest)
+            targets = standing_targets(robot)
+            limits[iterations] = []
+            for _ in range(10):
+                be.step(targets)
+                stats = be.sim_stats()
+                check_stats(stats, keys, iterations)
+                limits[iterations].append(stats["solver_iteration_limit"])
+            assert bool(be.state().healthy.all())
+        finally:
+            be.close()
+    return limits
+
+
 def test_c_mujoco_sim_stats_reach_the_env_infos():
     env = make_env("aow_flat", 3, domain_rand={"push_robots": False}, init={"random_episode_start": False})
     try:
@@ -110,8 +141,7 @@ def test_c_mujoco_counts_the_height_field_cap_and_the_solver_limit(robot):
     be = backend("mujoco", robot, flat_field(), 2)
     try:
         be.reset(torch.arange(2), *standing_and_pressed(robot, be.standing_height))
-        targets = torch.tensor(robot.default_positions, dtype=torch.float32).expand(2, -1).clone()
-        targets[:, 12:] = 0.0  # wheels: velocity targets
+        targets = standing_targets(robot)
         be.step(targets)
         stats = be.sim_stats()
         check_stats(stats, C_KEYS)
@@ -124,25 +154,7 @@ def test_c_mujoco_counts_the_height_field_cap_and_the_solver_limit(robot):
         be.close()
     # A robot landing from 5 cm next to a standing one: with the default 20 iterations Newton
     # converges at every step; capped at 4 it stops unconverged (fewer blew up here: 3 did).
-    limits = {}
-    for iterations in (20, 4):
-        be = backend("mujoco", robot, flat_field(), 2, solver=SolverConfig(iterations=iterations))
-        try:
-            pos, quat, *rest = standing_and_pressed(robot, be.standing_height)
-            quat[1] = torch.tensor([1.0, 0.0, 0.0, 0.0])
-            pos[1, 2] = be.standing_height + 0.05
-            be.reset(torch.arange(2), pos, quat, *rest)
-            targets = torch.tensor(robot.default_positions, dtype=torch.float32).expand(2, -1).clone()
-            targets[:, 12:] = 0.0
-            limits[iterations] = []
-            for _ in range(10):
-                be.step(targets)
-                stats = be.sim_stats()
-                check_stats(stats, C_KEYS, iterations)
-                limits[iterations].append(stats["solver_iteration_limit"])
-            assert bool(be.state().healthy.all())
-        finally:
-            be.close()
+    limits = iteration_limit_shares("mujoco", robot, C_KEYS)
     assert max(limits[20]) == 0.0 and max(limits[4]) >= 0.5, limits
 
 
@@ -157,8 +169,7 @@ def test_mujoco_warp_counts_planted_overflows(robot):
     try:
         start = standing_and_pressed(robot, be.standing_height)
         be.reset(torch.arange(2), *start)
-        targets = torch.tensor(robot.default_positions, dtype=torch.float32).expand(2, -1).clone()
-        targets[:, 12:] = 0.0
+        targets = standing_targets(robot)
         be.step(targets)
         with pytest.warns(RuntimeWarning, match="overflow_hfield in 50.000% of the worlds"):
             stats = be.sim_stats()  # said once per run, on the console
@@ -184,23 +195,7 @@ def test_mujoco_warp_counts_planted_overflows(robot):
     finally:
         be.close()
 
-    limits = {}
-    for iterations in (20, 4):
-        be = backend("mujoco_warp", robot, flat_field(), 2, solver=SolverConfig(iterations=iterations))
-        try:
-            pos, quat, *rest = standing_and_pressed(robot, be.standing_height)
-            quat[1] = torch.tensor([1.0, 0.0, 0.0, 0.0])
-            pos[1, 2] = be.standing_height + 0.05
-            be.reset(torch.arange(2), pos, quat, *rest)
-            limits[iterations] = []
-            for _ in range(10):
-                be.step(targets)
-                stats = be.sim_stats()
-                check_stats(stats, keys, iterations)
-                limits[iterations].append(stats["solver_iteration_limit"])
-            assert bool(be.state().healthy.all())
-        finally:
-            be.close()
+    limits = iteration_limit_shares("mujoco_warp", robot, keys)
     assert max(limits[20]) == 0.0 and max(limits[4]) >= 0.5, limits
 
 

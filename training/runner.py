@@ -389,6 +389,7 @@ class Runner:
             self.resume_notes.append(
                 f"device {stored.device} -> {self.cfg.device}: sampling generators reseeded from (seed, iteration)"
             )
+        levels_spread = False
         env_state = state.get("env")
         full_state = getattr(self.env, "resume_exact", False)  # its state_dict holds the whole simulation
         if full_state and not (same_device and same_envs and same_backend):
@@ -401,17 +402,18 @@ class Runner:
             levels = env_state.get("terrain_levels")
             if levels is not None and len(levels) != self.num_envs:
                 env_state["terrain_levels"] = torch.as_tensor(levels)[torch.arange(self.num_envs) % len(levels)]
-                self.resume_notes.append(
-                    f"{stored.num_envs} -> {self.cfg.num_envs} environments: terrain levels spread over the new ones"
-                )
+                levels_spread = True
             self.env.load_state_dict(env_state)
             if full_state:
                 self.obs = {k: v.to(self.device) for k, v in state["obs"].items()}
                 self._episode_return = state["episode_return"].to(self.device)
                 self._episode_length = state["episode_length"].to(self.device)
+        if levels_spread:
+            what = "terrain levels spread over the new ones"
+            self.resume_notes.append(f"{stored.num_envs} -> {self.cfg.num_envs} environments: {what}")
         if not same_backend:
             self.resume_notes.append(f"backend {stored.backend} -> {self.cfg.backend}: episodes restart")
-        elif not same_envs and not any("environments" in n for n in self.resume_notes):
+        elif not same_envs and not levels_spread:
             self.resume_notes.append(f"{stored.num_envs} -> {self.cfg.num_envs} environments: episodes restart")
 
     def _reseed(self, stream: int) -> int:
