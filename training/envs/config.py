@@ -14,6 +14,7 @@ from dataclasses import dataclass, field
 from typing import Any
 
 from training.mdp.costs import parse_cost_type
+from training.mdp.gait import AIR_TIME_GATES
 from training.sim.backends.scene import SolverConfig
 from training.sim.terrain import TerrainConfig
 
@@ -101,18 +102,50 @@ class ActionsConfig:
         _check(self.clip > 0, "actions.clip", f"must be positive, got {self.clip}")
 
 
+COMMAND_RANGES = ("lin_vel_x", "lin_vel_y", "ang_vel_yaw")
+COMMAND_MODES = ("forward", "sideways", "turn")
+
+
 @dataclass
 class CommandsConfig:
+    """How velocity commands are drawn. Ranges are the robot contract's unless ``ranges`` narrows
+    them for training; every command is one of these modes, drawn with the given shares:
+
+    - ``forward``: vx only, ``sideways``: vy only, ``turn``: yaw rate only (turning in place),
+      each uniform in its range;
+    - otherwise (the rest of the shares) all three components uniform in the box, the default.
+
+    Then ``standing_fraction`` of all commands become zero, and horizontal commands shorter than
+    ``small_command_threshold`` lose their linear part.
+    """
+
     resampling_time: float = 10.0  # s between new commands
     standing_fraction: float = 0.1  # share of commands that are zero (stand still)
     small_command_threshold: float = 0.2  # m/s: shorter horizontal commands become zero
     heading_command: bool = False  # command a heading; yaw rate = clip(gain * heading error)
     heading_gain: float = 0.5
+    # Shares of the pure command modes (COMMAND_MODES); the rest are drawn in the full box.
+    mode_shares: dict[str, float] = field(default_factory=dict)
+    # Training ranges {"lin_vel_x": (low, high), ...} in place of the contract's (None: contract's).
+    ranges: dict[str, tuple[float, float]] | None = None
 
     def validate(self) -> None:
         _check(self.resampling_time > 0, "commands.resampling_time", "must be positive")
         _check(0 <= self.standing_fraction <= 1, "commands.standing_fraction", "must be in [0, 1]")
         _check(self.small_command_threshold >= 0, "commands.small_command_threshold", "must not be negative")
+        unknown = sorted(set(self.mode_shares) - set(COMMAND_MODES))
+        _check(not unknown, "commands.mode_shares", f"unknown mode(s) {unknown} (known: {list(COMMAND_MODES)})")
+        for mode, share in self.mode_shares.items():
+            _check(0 <= share <= 1, f"commands.mode_shares.{mode}", f"must be in [0, 1], got {share}")
+        total = sum(self.mode_shares.values())
+        _check(total <= 1 + 1e-9, "commands.mode_shares", f"shares add up to {total:g} > 1")
+        if self.ranges is not None:
+            unknown = sorted(set(self.ranges) - set(COMMAND_RANGES))
+            _check(not unknown, "commands.ranges", f"unknown range(s) {unknown} (known: {list(COMMAND_RANGES)})")
+            for name, r in self.ranges.items():
+                _check(
+                    r is not None and _range_ok(r), f"commands.ranges.{name}", "expected (low, high) with low <= high"
+                )
 
 
 TASK_REWARDS = {
@@ -124,6 +157,15 @@ TASK_REWARDS = {
     "torque": -1.0e-6,
     "joint_vel": -1.0e-5,
     "joint_acc": -1.0e-6,
+}
+STYLE_REWARDS = {
+    # Beyond Table I (the paper's "style rewards guide natural-looking motions"): legged_gym's
+    # terms, off (absent) in the paper's tasks; the reference policies' tasks name the ones they use.
+    "feet_air_time": 2.0,  # sum over landing feet of (air time - air_time_target), gated by the command
+    "lin_vel_z": -2.0,
+    "ang_vel_xy": -0.05,
+    "orientation": -5.0,
+    "action_rate": -0.01,
 }
 CONSTRAINT_REWARDS = {
     # Table I, "constraint rewards": the PPO baseline's penalties, removed for the CMDP.
@@ -145,10 +187,21 @@ class RewardsConfig:
     height_target: float = 0.5  # m, h^targ of Table I
     tracking_sharpness: float = 2.0  # the 2.0 in exp(-2 ||err||^2)
     scale_by_dt: bool = True  # multiply every term by the policy period, as legged_gym does
+    air_time_target: float = 0.5  # s: feet_air_time pays (air time - this) per landing foot
+    air_time_gate: str = "command"  # which commands pay feet_air_time (training.mdp.gait.AIR_TIME_GATES)
+    only_positive: bool = False  # clip each step's total reward at 0 (legged_gym's only_positive_rewards)
 
     def validate(self) -> None:
-        unknown = set(self.weights) - set(TASK_REWARDS)
-        _check(not unknown, "rewards.weights", f"unknown term(s) {sorted(unknown)} (known: {sorted(TASK_REWARDS)})")
+        known = {**TASK_REWARDS, **STYLE_REWARDS}
+        unknown = set(self.weights) - set(known)
+        _check(not unknown, "rewards.weights", f"unknown term(s) {sorted(unknown)} (known: {sorted(known)})")
+        _check(
+            self.air_time_gate in AIR_TIME_GATES,
+            "rewards.air_time_gate",
+            f"expected one of {AIR_TIME_GATES}, got {self.air_time_gate!r}",
+        )
+        _check(self.air_time_target >= 0, "rewards.air_time_target", "must not be negative")
+        _check(self.tracking_sharpness > 0, "rewards.tracking_sharpness", "must be positive")
         unknown = set(self.constraint_weights) - set(CONSTRAINT_REWARDS)
         _check(
             not unknown,

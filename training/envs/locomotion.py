@@ -26,9 +26,10 @@ import torch
 from aow_policy.layout import ObservationLayout
 from aow_policy.robot import load_robot
 from aow_policy.violations import any_over, outside_range
-from training.envs.config import TaskConfig
+from training.envs.config import COMMAND_MODES, TaskConfig
 from training.mdp import commands as cmd
 from training.mdp import costs as cst
+from training.mdp import gait
 from training.mdp import rewards as rew
 from training.mdp import terminations as term
 from training.mdp.costs import CostType
@@ -196,6 +197,8 @@ class LocomotionEnv:
         if cfg.constraint_rewards:
             weights.update(cfg.constraint_weights)
         self.reward_names = [n for n, w in weights.items() if w != 0.0]
+        if "feet_air_time" in self.reward_names and self.sim.state().foot_contacts is None:
+            raise ValueError(f"rewards.feet_air_time: the {self.backend_name} backend reports no foot contacts")
         scale = self.dt if cfg.scale_by_dt else 1.0
         self.reward_weights = self._t([weights[n] * scale for n in self.reward_names])
 
@@ -204,6 +207,12 @@ class LocomotionEnv:
         nl = self.leg_ids.numel()
         z = dict(device=dev)
         self.actions = torch.zeros(n, j, **z)  # the policy's latest raw (clipped) action
+        self.last_actions = torch.zeros(n, j, **z)
+        feet = self.sim.state().foot_contacts
+        num_feet = 0 if feet is None else feet.shape[1]
+        self.feet_air_time = torch.zeros(n, num_feet, **z)  # s since each wheel / foot left the ground
+        self.last_foot_contact = torch.ones(n, num_feet, dtype=torch.bool, **z)
+        self.landed_air_time = torch.zeros(n, num_feet, **z)
         self.applied_actions = torch.zeros(n, j, **z)
         self.leg_targets = torch.zeros(n, nl, **z)
         self.last_leg_targets = torch.zeros(n, nl, **z)
@@ -219,8 +228,12 @@ class LocomotionEnv:
         self.origins = torch.zeros(n, 3, **z)
         self.common_step = 0
         c = self.robot.commands
-        self.command_low = self._t([c.lin_vel_x[0], c.lin_vel_y[0], c.ang_vel_yaw[0], -math.pi])
-        self.command_high = self._t([c.lin_vel_x[1], c.lin_vel_y[1], c.ang_vel_yaw[1], math.pi])
+        ranges = {"lin_vel_x": c.lin_vel_x, "lin_vel_y": c.lin_vel_y, "ang_vel_yaw": c.ang_vel_yaw}
+        ranges.update(self.cfg.commands.ranges or {})
+        self.command_low = self._t([ranges["lin_vel_x"][0], ranges["lin_vel_y"][0], ranges["ang_vel_yaw"][0], -math.pi])
+        self.command_high = self._t([ranges["lin_vel_x"][1], ranges["lin_vel_y"][1], ranges["ang_vel_yaw"][1], math.pi])
+        shares = self.cfg.commands.mode_shares
+        self.command_mode_shares = self._t([float(shares.get(m, 0.0)) for m in COMMAND_MODES])
         self.resample_steps = max(1, round(self.cfg.commands.resampling_time / self.dt))
         self.push_steps = max(1, round(self.cfg.domain_rand.push_interval_s / self.dt))
         self.sim_failures = 0
@@ -239,6 +252,8 @@ class LocomotionEnv:
             return
         new = cmd.sample_uniform(ids.numel(), self.command_low, self.command_high, self.generator)
         c = self.cfg.commands
+        if c.mode_shares:
+            new = cmd.apply_modes(new, cmd.draw_modes(ids.numel(), self.command_mode_shares, self.generator))
         standing = self._rand(ids.numel()) < c.standing_fraction
         new[:, :3] = cmd.zero_standing(new[:, :3], standing)
         new[:, :3] = cmd.zero_small_linear(new[:, :3], c.small_command_threshold)
@@ -289,7 +304,7 @@ class LocomotionEnv:
 
     # ---- rewards, costs -------------------------------------------------------------------
 
-    def _reward_terms(self, s: SimState, base_height: torch.Tensor) -> torch.Tensor:
+    def _reward_terms(self, s: SimState, base_height: torch.Tensor, gravity: torch.Tensor) -> torch.Tensor:
         cfg = self.cfg.rewards
         legs = self.legs
         out = []
@@ -324,6 +339,17 @@ class LocomotionEnv:
                 v = rew.lower_limit_overrun_squared(s.joint_pos, self.pos_lower)
             elif name == "body_contact":
                 v = rew.body_contact_count(s.contacts)
+            elif name == "feet_air_time":
+                gate = gait.air_time_gate(self.commands, cfg.air_time_gate)
+                v = gait.feet_air_time(self.landed_air_time, cfg.air_time_target, gate)
+            elif name == "lin_vel_z":
+                v = rew.lin_vel_z_squared(s.base_lin_vel[:, 2])
+            elif name == "ang_vel_xy":
+                v = rew.ang_vel_xy_squared(s.base_ang_vel[:, :2])
+            elif name == "orientation":
+                v = rew.orientation_squared(gravity)
+            elif name == "action_rate":
+                v = rew.action_rate_squared(self.actions, self.last_actions)
             else:  # validated in the config
                 raise AssertionError(name)
             out.append(v)
@@ -407,7 +433,11 @@ class LocomotionEnv:
             self.action_low[self.leg_ids], self.action_high[self.leg_ids]
         )
         self.actions[ids] = 0.0
+        self.last_actions[ids] = 0.0
         self.applied_actions[ids] = 0.0
+        self.feet_air_time[ids] = 0.0
+        self.last_foot_contact[ids] = True
+        self.landed_air_time[ids] = 0.0
         self.leg_targets[ids] = default_targets
         self.last_leg_targets[ids] = default_targets
         self.second_last_leg_targets[ids] = default_targets
@@ -440,6 +470,7 @@ class LocomotionEnv:
         self.second_last_leg_targets = self.last_leg_targets
         self.last_leg_targets = self.leg_targets
         self.leg_targets = targets[:, self.legs]
+        self.last_actions = self.actions
         self.actions, self.applied_actions = actions, applied
 
         self.sim.step(targets)
@@ -469,7 +500,11 @@ class LocomotionEnv:
 
         # Rewards and costs (computed on the terminal state of ending episodes).
         base_height = s.base_pos[:, 2] - self.height_sampler.heights_at(s.base_pos[:, 0], s.base_pos[:, 1])
-        reward_terms = self._reward_terms(s, base_height) * self.reward_weights
+        if s.foot_contacts is not None:
+            air = gait.update_air_time(self.feet_air_time, self.last_foot_contact, s.foot_contacts, self.dt)
+            self.feet_air_time, self.last_foot_contact = air.air_time, air.last_contact
+            self.landed_air_time = air.landed_air_time
+        reward_terms = self._reward_terms(s, base_height, gravity) * self.reward_weights
         costs, flags = self._cost_terms(s)
         if bool(failed_sim.any()):  # a blown-up state says nothing: zero it, count it, reset it
             keep = (~failed_sim)[:, None]
@@ -478,6 +513,8 @@ class LocomotionEnv:
             flags = torch.where(keep, flags, torch.zeros_like(flags))
             self.sim_failures += int(failed_sim.sum())
         rewards = reward_terms.sum(-1)
+        if self.cfg.rewards.only_positive:
+            rewards = rewards.clamp(min=0.0)
         self.episode_rewards += reward_terms
         self.episode_costs += costs
         self.episode_violations += flags

@@ -5,7 +5,16 @@ from __future__ import annotations
 
 from collections.abc import Callable
 
-from training.envs.config import CostsConfig, CostTermConfig, ObservationsConfig, TaskConfig
+from training.envs.config import (
+    TASK_REWARDS,
+    CommandsConfig,
+    CostsConfig,
+    CostTermConfig,
+    DomainRandConfig,
+    ObservationsConfig,
+    RewardsConfig,
+    TaskConfig,
+)
 from training.sim.terrain import TerrainConfig
 
 TASKS: dict[str, Callable[[], TaskConfig]] = {}
@@ -44,6 +53,86 @@ def anymal_flat_speed_limit() -> TaskConfig:
     )
 
 
+def legged_gym_flat_rewards() -> RewardsConfig:
+    """legged_gym's anymal_c_flat reward set: tracking exp(-err^2 / 0.25) (lin 1.0, yaw 0.5),
+    lin_vel_z -2, ang_vel_xy -0.05, orientation -5, torques -2.5e-5, dof_acc -2.5e-7,
+    action_rate -0.01, feet_air_time 2.0 (|v_xy cmd| > 0.1), total clipped at 0. (Its collision
+    term is covered here by the thigh-contact termination.)"""
+    return RewardsConfig(
+        weights={
+            "lin_vel": 1.0,
+            "yaw_rate": 0.5,
+            "torque": -2.5e-5,
+            "joint_acc": -2.5e-7,
+            "lin_vel_z": -2.0,
+            "ang_vel_xy": -0.05,
+            "orientation": -5.0,
+            "action_rate": -0.01,
+            "feet_air_time": 2.0,
+        },
+        tracking_sharpness=4.0,
+        air_time_gate="command",
+        only_positive=True,
+    )
+
+
+def anymal_flat_legged_gym() -> TaskConfig:
+    """The comparison robot (plain ANYmal C, flat ground, joint speed <= 6 rad/s) with legged_gym's
+    anymal_c_flat MDP: its rewards, commands in [-1, 1] m/s, m/s, rad/s with heading control, and
+    friction in [0.5, 1.25] (issue 23, 1a: the stack against legged_gym's result)."""
+    task = anymal_flat_speed_limit()
+    task.name = "anymal_flat_legged_gym"
+    task.rewards = legged_gym_flat_rewards()
+    task.commands = CommandsConfig(
+        resampling_time=10.0,
+        standing_fraction=0.0,
+        heading_command=True,
+        ranges={"lin_vel_x": (-1.0, 1.0), "lin_vel_y": (-1.0, 1.0), "ang_vel_yaw": (-1.0, 1.0)},
+    )
+    return task
+
+
+def omni_rewards() -> RewardsConfig:
+    """Table I's rewards plus the style term the reference policies add: feet air time (1.0,
+    target 0.5 s) paid only for commands that wheels cannot follow by rolling straight (sideways
+    or turning), so the robot steps where it must and rolls where it can."""
+    weights = dict(TASK_REWARDS)
+    weights["feet_air_time"] = 1.0
+    return RewardsConfig(weights=weights, air_time_gate="stepping")
+
+
+def omni_commands() -> CommandsConfig:
+    """Commands every 5 s; 20 % pure forward, 20 % pure sideways, 20 % turning in place, the rest
+    in the contract's full box; 10 % standing."""
+    return CommandsConfig(resampling_time=5.0, mode_shares={"forward": 0.2, "sideways": 0.2, "turn": 0.2})
+
+
+def aow_flat_omni() -> TaskConfig:
+    """The flat reference policies' task (issue 23): ``aow_flat`` (Table I, all constraints) with
+    the omnidirectional command modes, the stepping air-time term and friction up to 1.5, so that
+    skidding does not pay where the deployment's ground (friction 1.0) grips."""
+    task = aow_flat()
+    task.name = "aow_flat_omni"
+    task.rewards = omni_rewards()
+    task.commands = omni_commands()
+    task.domain_rand = DomainRandConfig(friction=(0.5, 1.5))
+    return task
+
+
+def aow_rough_omni() -> TaskConfig:
+    """The rough-terrain reference policies' task: ``aow_rough`` (height scan, curriculum) with the
+    same additions as ``aow_flat_omni``."""
+    task = aow_rough()
+    task.name = "aow_rough_omni"
+    task.rewards = omni_rewards()
+    task.commands = omni_commands()
+    task.domain_rand = DomainRandConfig(friction=(0.5, 1.5))
+    return task
+
+
 register_task("aow_flat", aow_flat)
 register_task("aow_rough", aow_rough)
 register_task("anymal_flat_speed_limit", anymal_flat_speed_limit)
+register_task("anymal_flat_legged_gym", anymal_flat_legged_gym)
+register_task("aow_flat_omni", aow_flat_omni)
+register_task("aow_rough_omni", aow_rough_omni)

@@ -15,6 +15,26 @@ def sample_uniform(
     return low + (high - low) * u
 
 
+def apply_modes(commands: torch.Tensor, modes: torch.Tensor) -> torch.Tensor:
+    """Commands [n, >=3] with pure modes applied: per row ``modes`` [n] (long) is 0 for the full
+    box, 1 forward (vx only), 2 sideways (vy only), 3 turn (yaw rate only)."""
+    keep = torch.ones_like(commands[:, :3])
+    for mode, component in ((1, 0), (2, 1), (3, 2)):
+        rows = modes == mode
+        keep[rows] = 0.0
+        keep[rows, component] = 1.0
+    out = commands.clone()
+    out[:, :3] = commands[:, :3] * keep
+    return out
+
+
+def draw_modes(n: int, shares: torch.Tensor, generator: torch.Generator | None = None) -> torch.Tensor:
+    """[n] mode indices: 1..len(shares) with the given probabilities, 0 (the full box) otherwise."""
+    u = torch.rand(n, generator=generator, device=shares.device)
+    edges = torch.cumsum(shares, 0)
+    return torch.searchsorted(edges, u, right=True).add(1).remainder(shares.numel() + 1)
+
+
 def zero_standing(commands: torch.Tensor, standing: torch.Tensor) -> torch.Tensor:
     """Commands with the rows flagged in ``standing`` [n] set to zero (stand still)."""
     return commands * (~standing)[:, None].to(commands.dtype)

@@ -87,3 +87,26 @@ def lower_limit_overrun_squared(joint_pos: torch.Tensor, lower: torch.Tensor) ->
 def body_contact_count(undesired_contacts: torch.Tensor) -> torch.Tensor:
     """Number of non-wheel bodies in contact (coefficient -1); input [N, bodies] counts or flags."""
     return (undesired_contacts > 0).sum(-1).to(torch.get_default_dtype())
+
+
+# ---- style rewards beyond Table I (legged_gym's; off in the paper's tasks) ----------------
+
+
+def lin_vel_z_squared(lin_vel_z: torch.Tensor) -> torch.Tensor:
+    """v_z^2, base-frame vertical velocity (legged_gym's lin_vel_z, coefficient -2)."""
+    return lin_vel_z.square()
+
+
+def ang_vel_xy_squared(ang_vel_xy: torch.Tensor) -> torch.Tensor:
+    """||w_xy||^2, roll and pitch rates (legged_gym's ang_vel_xy, coefficient -0.05)."""
+    return ang_vel_xy.square().sum(-1)
+
+
+def orientation_squared(projected_gravity: torch.Tensor) -> torch.Tensor:
+    """||g_xy||^2 of the gravity direction in the base frame: 0 when level (coefficient -5 flat)."""
+    return projected_gravity[:, :2].square().sum(-1)
+
+
+def action_rate_squared(action: torch.Tensor, last_action: torch.Tensor) -> torch.Tensor:
+    """||a_t - a_{t-1}||^2 of the raw actions (legged_gym's action_rate, coefficient -0.01)."""
+    return (action - last_action).square().sum(-1)

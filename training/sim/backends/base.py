@@ -49,6 +49,9 @@ class SimState:
     joint_torque: torch.Tensor  # [N, J] actuator torque (after the actuator's force limit)
     contacts: torch.Tensor  # [N, C] contact counts of the watched robot parts
     healthy: torch.Tensor  # [N] bool: False where the state holds NaN or inf, or the simulator blew up
+    # [N, L] ground-contact counts of each leg's wheel or foot (legs in the robot's leg order:
+    # LF, RF, LH, RH); None where a backend cannot tell (air-time rewards then refuse to run).
+    foot_contacts: torch.Tensor | None = None
 
 
 @dataclass

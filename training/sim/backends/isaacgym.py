@@ -84,6 +84,10 @@ class IsaacGymBackend:
             watched = [n for n in watched if not n.endswith("_SHANK")]
         self.contact_names = tuple(watched)
         self._contact_body_ids = torch.tensor([body_names.index(n) for n in watched], device=self.device)
+        # Each leg's wheel body (wheeled) or shank (plain: its foot is a geom on it), in leg order.
+        suffix = "_WHEEL" if wheeled else "_SHANK"
+        foot_bodies = [body_names.index(f"{leg}{suffix}") for leg in mj_info.leg_names]
+        self._foot_body_ids = torch.tensor(foot_bodies, device=self.device)
         self.terminal_contacts = torch.tensor(
             [n == BASE_BODY or n.endswith("_THIGH") for n in watched], device=self.device
         )
@@ -188,6 +192,7 @@ class IsaacGymBackend:
             joint_torque=self._dof_force[:, self._dof_ids],
             contacts=(forces > CONTACT_FORCE_THRESHOLD).float(),
             healthy=healthy,
+            foot_contacts=(self._forces[:, self._foot_body_ids].norm(dim=-1) > CONTACT_FORCE_THRESHOLD).float(),
         )
 
     def reset(self, env_ids, base_pos, base_quat, base_lin_vel, base_ang_vel, joint_pos, joint_vel) -> None:

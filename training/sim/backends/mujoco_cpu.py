@@ -117,6 +117,7 @@ class MujocoBackend:
         self._qpos_adr = torch.as_tensor(info.qpos_adr)
         self._qvel_adr = torch.as_tensor(info.qvel_adr)
         self._contact_adr = torch.as_tensor(scene.contact_sensor_adr)
+        self._foot_adr = torch.as_tensor(scene.foot_sensor_adr)
         self._torque_adr = torch.as_tensor(scene.torque_sensor_adr)
         self._base_q = info.base_qpos_adr
         self._base_v = info.base_qvel_adr
@@ -246,6 +247,7 @@ class MujocoBackend:
             joint_torque=sensors.index_select(1, self._torque_adr),
             contacts=sensors.index_select(1, self._contact_adr),
             healthy=healthy,
+            foot_contacts=sensors.index_select(1, self._foot_adr),
         )
         if self.device.type != "cpu":
             state = SimState(**{k: t.to(self.device) for k, t in vars(state).items()})

@@ -249,6 +249,7 @@ class MujocoWarpBackend:
         self._qpos_adr = torch.as_tensor(info.qpos_adr, device=self.device)
         self._qvel_adr = torch.as_tensor(info.qvel_adr, device=self.device)
         self._contact_adr = torch.as_tensor(scene.contact_sensor_adr, device=self.device)
+        self._foot_adr = torch.as_tensor(scene.foot_sensor_adr, device=self.device)
         self._torque_adr = torch.as_tensor(scene.torque_sensor_adr, device=self.device)
         self._base_q, self._base_v = info.base_qpos_adr, info.base_qvel_adr
         self._expected_time = torch.zeros(num_envs, dtype=torch.float64, device=self.device)
@@ -343,6 +344,7 @@ class MujocoWarpBackend:
                 joint_torque=sensors.index_select(1, self._torque_adr),
                 contacts=sensors.index_select(1, self._contact_adr),
                 healthy=healthy,
+                foot_contacts=sensors.index_select(1, self._foot_adr),
             )
         return self._state
 

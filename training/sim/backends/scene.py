@@ -5,6 +5,7 @@ every policy step as MuJoCo sensors, so one copy of ``sensordata`` per env carri
 
 - a contact sensor (data "found": number of contacts) on every robot geom other than the wheels
   or feet, so undesired contacts, self-collision included, are counted by MuJoCo itself;
+- the same sensor on each leg's wheel or foot (ground contact per leg, for air-time rewards);
 - an actuator-force sensor per actuator (the torque after the actuator's force limit).
 
 Solver settings (why these): pyramidal friction cones, impratio 1, Newton, 20 iterations and 20
@@ -57,6 +58,8 @@ class Scene:
     contact_names: tuple[str, ...]  # watched geoms (not wheels or feet), columns of SimState.contacts
     terminal_contacts: np.ndarray  # [C] bool: geoms on the base or a thigh
     contact_sensor_adr: np.ndarray  # [C] index into sensordata
+    foot_names: tuple[str, ...]  # each leg's wheel or foot geom, in the model's leg order
+    foot_sensor_adr: np.ndarray  # [L] index into sensordata: contacts of each wheel / foot
     torque_sensor_adr: np.ndarray  # [J] index into sensordata, per joint in info.joint_names order
     floor_geom_id: int
 
@@ -100,6 +103,15 @@ def build_scene(
             objname=name,
             intprm=[CONTACT_FOUND, 0, 1],
         )
+    feet = [mujoco.mj_id2name(plain, mujoco.mjtObj.mjOBJ_GEOM, int(g)) for g in info0.contact_geom_ids]
+    for name in feet:
+        spec.add_sensor(
+            name=f"foot:{name}",
+            type=mujoco.mjtSensor.mjSENS_CONTACT,
+            objtype=mujoco.mjtObj.mjOBJ_GEOM,
+            objname=name,
+            intprm=[CONTACT_FOUND, 0, 1],
+        )
     for joint in info0.joint_names:
         spec.add_sensor(
             name=f"torque:{joint}",
@@ -121,6 +133,8 @@ def build_scene(
         contact_names=tuple(names),
         terminal_contacts=np.array(terminal, dtype=bool),
         contact_sensor_adr=np.array([adr(f"contact:{n}") for n in names], dtype=np.int64),
+        foot_names=tuple(feet),
+        foot_sensor_adr=np.array([adr(f"foot:{n}") for n in feet], dtype=np.int64),
         torque_sensor_adr=np.array([adr(f"torque:{j}") for j in info.joint_names], dtype=np.int64),
         floor_geom_id=int(mujoco.mj_name2id(model, mujoco.mjtObj.mjOBJ_GEOM, FLOOR)),
     )
