@@ -130,9 +130,30 @@ def aow_rough_omni() -> TaskConfig:
     return task
 
 
+def style_rewards() -> RewardsConfig:
+    """The reward set that made the legs-only robot walk in this stack (``legged_gym_flat_rewards``),
+    with the air time paid only for commands that wheels cannot follow by rolling straight
+    (sideways, turning): Table I's tracking and stability terms give way to legged_gym's."""
+    rewards = legged_gym_flat_rewards()
+    rewards.air_time_gate = "stepping"
+    return rewards
+
+
+def aow_flat_style() -> TaskConfig:
+    """``aow_flat`` (blind, all the paper's constraints as costs) with legged_gym's flat reward set,
+    the stepping air-time gate, the omnidirectional command modes and friction 0.5-1.5."""
+    task = aow_flat()
+    task.name = "aow_flat_style"
+    task.rewards = style_rewards()
+    task.commands = omni_commands()
+    task.domain_rand = DomainRandConfig(friction=(0.5, 1.5))
+    return task
+
+
 register_task("aow_flat", aow_flat)
 register_task("aow_rough", aow_rough)
 register_task("anymal_flat_speed_limit", anymal_flat_speed_limit)
 register_task("anymal_flat_legged_gym", anymal_flat_legged_gym)
 register_task("aow_flat_omni", aow_flat_omni)
 register_task("aow_rough_omni", aow_rough_omni)
+register_task("aow_flat_style", aow_flat_style)

@@ -1,0 +1,36 @@
+"""python -m training.command_tracking: a checkpoint's deterministic policy held at fixed commands."""
+
+from __future__ import annotations
+
+import json
+from pathlib import Path
+
+import pytest
+
+from training.command_tracking import _parse_command, evaluate, main
+
+SHIPPED = Path(__file__).resolve().parents[1] / "policies" / "aow_flat_np3o" / "model_212.pt"
+
+
+def test_the_shipped_policy_rolls_forward_and_does_not_step_sideways():
+    """The shipped flat N-P3O policy is known (policies/README.md) to roll forward at the
+    commanded 1.0 m/s and to stand still when sent sideways: the tool must show both."""
+    results, info = evaluate(SHIPPED, [("fwd", 1.0, 0.0, 0.0), ("side", 0.0, 0.5, 0.0)], robots=2, seconds=3.0)
+    fwd, side = results
+    assert info["task"] == "aow_flat" and info["iteration"] == 212
+    assert fwd.mean_velocity[0] > 0.8 and fwd.error[0] < 0.2 and fwd.fallen == 0
+    assert abs(side.mean_velocity[1]) < 0.1 and side.error[1] > 0.4
+
+
+def test_cli_writes_json_and_refuses_bad_input(tmp_path, capsys):
+    out = tmp_path / "t.json"
+    assert main([str(SHIPPED), "--command", "0,0,0", "--robots", "1", "--seconds", "0.5", "--json", str(out)]) == 0
+    data = json.loads(out.read_text())
+    assert data["results"][0]["command"] == [0.0, 0.0, 0.0] and "stand" not in capsys.readouterr().out
+    with pytest.raises(SystemExit):
+        main([str(tmp_path / "missing")])
+    assert "no such checkpoint" in capsys.readouterr().err
+    with pytest.raises(SystemExit):
+        main([str(SHIPPED), "--command", "1,2"])
+    assert "VX,VY,YAW_RATE" in capsys.readouterr().err
+    assert _parse_command("1,0,0.5")[1:] == (1.0, 0.0, 0.5)

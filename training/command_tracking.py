@@ -1,0 +1,199 @@
+"""``python -m training.command_tracking RUN_OR_CHECKPOINT``: does a trained policy go where it is sent?
+
+Loads a checkpoint's deterministic policy (the mean action, its normalizer included) and runs it
+in the task it was trained on, for any robot the toolkit trains (the legs-only ANYmal C too, which
+sim-to-sim cannot run: its contract is the wheeled robot's). Each command of the list is held
+for ``--seconds`` on ``--robots`` robots at once, with pushes, observation noise and command
+resampling off and the ground friction fixed (``--friction``, default 1.0, the deployment's
+nominal); the base-frame velocities are averaged over the last half of the hold. Reported per
+command: mean vx, vy, yaw rate, the settled tracking errors, robots fallen (terminated), and the
+share of leg joints' steps above the joint-speed limit.
+
+This answers issue 23's question "does it walk forward, sideways and turn?" on the training
+simulator in a minute; the sim-to-sim evaluation (``python -m sim2sim.evaluate``) remains the
+bar for the wheeled policies.
+"""
+
+from __future__ import annotations
+
+import argparse
+import json
+import sys
+from collections.abc import Sequence
+from dataclasses import asdict, dataclass
+from pathlib import Path
+from typing import Any
+
+import torch
+
+from aow_policy.layout import ObservationLayout
+from training.checkpoint import latest_checkpoint, load_checkpoint
+from training.networks import Actor, NetworkConfig
+
+# (name, vx m/s, vy m/s, yaw rate rad/s): the issue's checks (forward, sideways, turning in
+# place) and the paper's experiment B (sideways 1.0 m/s).
+DEFAULT_COMMANDS: tuple[tuple[str, float, float, float], ...] = (
+    ("forward 1.0", 1.0, 0.0, 0.0),
+    ("sideways 0.5", 0.0, 0.5, 0.0),
+    ("sideways 1.0", 0.0, 1.0, 0.0),
+    ("turn 1.0", 0.0, 0.0, 1.0),
+    ("backward 0.5", -0.5, 0.0, 0.0),
+    ("stand", 0.0, 0.0, 0.0),
+)
+
+
+@dataclass
+class TrackingResult:
+    name: str
+    command: tuple[float, float, float]
+    mean_velocity: tuple[float, float, float]  # vx, vy, yaw rate, over the settled window
+    error: tuple[float, float, float]  # |command - mean velocity| per component, mean over robots
+    fallen: int  # robots whose episode terminated during the hold
+    joint_speed_violation_share: float  # share of (robot, step) with a leg joint over the limit
+
+
+def load_actor(path: str | Path) -> tuple[torch.nn.Module, dict[str, Any], int]:
+    """(deterministic actor in eval mode, the checkpoint's run config, iteration)."""
+    path = Path(path)
+    if path.is_dir():
+        path = latest_checkpoint(path)
+    data = load_checkpoint(path)
+    config = data["config"]
+    net = NetworkConfig(**{k: tuple(v) if isinstance(v, list) else v for k, v in config.get("network", {}).items()})
+    layouts = data["obs_layout"]
+    actor = Actor(ObservationLayout.from_list(layouts["policy"]), data["num_actions"], net)
+    actor.load_state_dict({k.removeprefix("actor."): v for k, v in data["model"].items() if k.startswith("actor.")})
+    return actor.eval(), config, int(data["iteration"])
+
+
+def evaluate(
+    source: str | Path,
+    commands: Sequence[tuple[str, float, float, float]] = DEFAULT_COMMANDS,
+    robots: int = 32,
+    seconds: float = 6.0,
+    friction: float = 1.0,
+    seed: int = 1,
+) -> tuple[list[TrackingResult], dict[str, Any]]:
+    """Holds each command on ``robots`` robots for ``seconds``; returns the results and run info."""
+    from training.envs import make_env
+
+    actor, config, iteration = load_actor(source)
+    overrides = dict(config.get("env_overrides") or {})
+    overrides.update(
+        {
+            "domain_rand.push_robots": False,
+            "domain_rand.observation_noise": False,
+            "domain_rand.friction": (friction, friction),
+            "domain_rand.added_base_mass": None,
+            "domain_rand.motor_strength": None,
+            "commands.resampling_time": 1.0e6,
+            "commands.heading_command": False,
+            "init.random_episode_start": False,
+            "init.base_vel_range": 0.0,
+            "init.joint_pos_scale": (1.0, 1.0),
+        }
+    )
+    env = make_env(config["task"], robots, seed=seed, **overrides)
+    steps = round(seconds / env.dt)
+    settle = steps // 2
+    results = []
+    try:
+        speed_limits = env.speed_limits[env.leg_ids]
+        for name, vx, vy, wz in commands:
+            obs = env.reset()
+            fallen = torch.zeros(robots, dtype=torch.bool)
+            sums = torch.zeros(robots, 3)
+            over = 0
+            for t in range(steps):
+                env.commands[:, :3] = torch.tensor([vx, vy, wz])
+                obs["policy"][:, env.obs_spec["policy"].term("velocity_commands").slice] = (
+                    torch.tensor([vx, vy, wz]) * env.cfg.observations.scales["velocity_commands"]
+                )
+                with torch.no_grad():
+                    actions = actor(obs["policy"])
+                obs, _, _, dones, infos = env.step(actions)
+                fallen |= dones & ~infos["time_outs"]
+                s = env.sim.state()
+                if t >= settle:
+                    sums += torch.stack([s.base_lin_vel[:, 0], s.base_lin_vel[:, 1], s.base_ang_vel[:, 2]], -1)
+                    over += int((s.joint_vel[:, env.leg_ids].abs() > speed_limits).any(-1).sum())
+            mean = sums / (steps - settle)
+            standing = ~fallen
+            rows = mean[standing] if standing.any() else mean
+            cmd = torch.tensor([vx, vy, wz])
+            results.append(
+                TrackingResult(
+                    name=name,
+                    command=(vx, vy, wz),
+                    mean_velocity=tuple(round(float(v), 3) for v in rows.mean(0)),
+                    error=tuple(round(float(v), 3) for v in (rows - cmd).abs().mean(0)),
+                    fallen=int(fallen.sum()),
+                    joint_speed_violation_share=round(over / (robots * (steps - settle)), 4),
+                )
+            )
+    finally:
+        env.close()
+    info = {"source": str(source), "task": config["task"], "algo": config.get("algo"), "iteration": iteration}
+    info.update({"robots": robots, "seconds": seconds, "friction": friction})
+    return results, info
+
+
+def _parse_command(text: str) -> tuple[str, float, float, float]:
+    try:
+        vx, vy, wz = (float(v) for v in text.split(","))
+    except ValueError:
+        raise argparse.ArgumentTypeError(f"expected VX,VY,YAW_RATE (three numbers), got {text!r}") from None
+    return (f"({vx:g}, {vy:g}, {wz:g})", vx, vy, wz)
+
+
+def format_table(results: Sequence[TrackingResult], info: dict[str, Any]) -> str:
+    lines = [
+        f"{info['task']} {info['algo']} iteration {info['iteration']}: {info['robots']} robots, "
+        f"{info['seconds']:g} s per command, friction {info['friction']:g}",
+        f"{'command':<14} {'vx':>6} {'vy':>6} {'yaw':>6}   {'err vx':>6} {'err vy':>6} {'err yaw':>7} "
+        f"{'fallen':>6} {'speed viol.':>11}",
+    ]
+    for r in results:
+        (vx, vy, wz), (ex, ey, ew) = r.mean_velocity, r.error
+        lines.append(
+            f"{r.name:<14} {vx:6.2f} {vy:6.2f} {wz:6.2f}   {ex:6.2f} {ey:6.2f} {ew:7.2f} "
+            f"{r.fallen:6d} {r.joint_speed_violation_share:11.1%}"
+        )
+    return "\n".join(lines)
+
+
+def main(argv: Sequence[str] | None = None) -> int:
+    p = argparse.ArgumentParser(
+        prog="python -m training.command_tracking",
+        description=__doc__.split("\n\n")[1],
+        formatter_class=argparse.RawDescriptionHelpFormatter,
+    )
+    p.add_argument("source", type=Path, help="checkpoint (model_<it>.pt) or run directory (its latest checkpoint)")
+    p.add_argument(
+        "--command",
+        action="append",
+        type=_parse_command,
+        metavar="VX,VY,YAW_RATE",
+        help="a command to hold (repeatable; default: forward 1, sideways 0.5 and 1, turn 1, backward 0.5, stand)",
+    )
+    p.add_argument("--robots", type=int, default=32, help="robots per command (default 32)")
+    p.add_argument("--seconds", type=float, default=6.0, help="hold per command; the last half is scored (default 6)")
+    p.add_argument("--friction", type=float, default=1.0, help="ground friction (default 1.0)")
+    p.add_argument("--seed", type=int, default=1)
+    p.add_argument("--json", type=Path, help="also write the results to this JSON file")
+    args = p.parse_args(argv)
+    if not args.source.exists():
+        p.error(f"{args.source}: no such checkpoint or run directory")
+    if args.robots < 1 or args.seconds <= 0 or args.friction <= 0:
+        p.error("--robots, --seconds and --friction must be positive")
+    results, info = evaluate(
+        args.source, args.command or DEFAULT_COMMANDS, args.robots, args.seconds, args.friction, args.seed
+    )
+    print(format_table(results, info))
+    if args.json:
+        args.json.write_text(json.dumps({"info": info, "results": [asdict(r) for r in results]}, indent=1) + "\n")
+    return 0
+
+
+if __name__ == "__main__":
+    sys.exit(main())
