@@ -78,8 +78,10 @@ def legged_gym_flat_rewards() -> RewardsConfig:
 
 def anymal_flat_legged_gym() -> TaskConfig:
     """The comparison robot (plain ANYmal C, flat ground, joint speed <= 6 rad/s) with legged_gym's
-    anymal_c_flat MDP: its rewards, commands in [-1, 1] m/s, m/s, rad/s with heading control, and
-    friction in [0.5, 1.25] (issue 23, 1a: the stack against legged_gym's result)."""
+    ANYmal C MDP (issue 23, 1a: the stack against legged_gym's result): anymal_c_flat's rewards;
+    anymal_c_rough's commands (in [-1, 1] m/s, m/s, rad/s, heading control, new every 10 s; its
+    flat config turns heading off, resamples every 4 s with yaw rates up to 1.5); friction in
+    [0.5, 1.25] (legged_gym's flat [0, 1.5] averaged with the foot's 1.0 by PhysX)."""
     task = anymal_flat_speed_limit()
     task.name = "anymal_flat_legged_gym"
     task.rewards = legged_gym_flat_rewards()
@@ -150,6 +152,22 @@ def aow_flat_style() -> TaskConfig:
     return task
 
 
+def aow_rough_style() -> TaskConfig:
+    """``aow_rough`` (height scan, curriculum, all the paper's constraints as costs) with the rough
+    counterpart of ``aow_flat_style``: legged_gym's rough reward scales (no orientation term: slopes
+    tilt the base; torques -1e-5, air time 1.0), the stepping gate, command modes, friction 0.5-1.5."""
+    task = aow_rough()
+    task.name = "aow_rough_style"
+    rewards = style_rewards()
+    del rewards.weights["orientation"]
+    rewards.weights["torque"] = -1.0e-5
+    rewards.weights["feet_air_time"] = 1.0
+    task.rewards = rewards
+    task.commands = omni_commands()
+    task.domain_rand = DomainRandConfig(friction=(0.5, 1.5))
+    return task
+
+
 register_task("aow_flat", aow_flat)
 register_task("aow_rough", aow_rough)
 register_task("anymal_flat_speed_limit", anymal_flat_speed_limit)
@@ -157,3 +175,4 @@ register_task("anymal_flat_legged_gym", anymal_flat_legged_gym)
 register_task("aow_flat_omni", aow_flat_omni)
 register_task("aow_rough_omni", aow_rough_omni)
 register_task("aow_flat_style", aow_flat_style)
+register_task("aow_rough_style", aow_rough_style)
