@@ -24,6 +24,7 @@ from typing import Any
 
 import numpy as np
 
+from aow_policy.msg_common import MessageError, as_array, seconds_to_sec_nanosec, stamp_to_seconds
 from aow_policy.msg_defs import GRID_MAP, register_grid_map_types
 
 try:  # C gathers of float64 buffers (aow_policy/_control.c); optional: the numpy path is the same
@@ -31,9 +32,34 @@ try:  # C gathers of float64 buffers (aow_policy/_control.c); optional: the nump
 except ImportError:
     _native = None
 
+_FLOAT64, _FLOAT32 = np.dtype(np.float64), np.dtype(np.float32)
 
-class MessageError(ValueError):
-    """A message cannot be converted; the text says which field is wrong."""
+__all__ = [
+    "TWIST_FRAMES",
+    "BaseState",
+    "GridMapLayer",
+    "JointStateArrays",
+    "JointStateReader",
+    "MessageError",
+    "MessageFactory",
+    "MissingJointsError",
+    "Ros2ControlCommands",
+    "as_array",
+    "float64_multi_array_msg",
+    "float64_multi_array_to_array",
+    "grid_map_layer",
+    "grid_map_msg",
+    "joint_command_msg",
+    "joint_state_msg",
+    "joint_state_to_arrays",
+    "odometry_msg",
+    "odometry_to_base_state",
+    "read_odometry",
+    "seconds_to_sec_nanosec",
+    "stamp_to_seconds",
+    "twist_msg",
+    "twist_to_command",
+]
 
 
 class MissingJointsError(MessageError):
@@ -42,36 +68,6 @@ class MissingJointsError(MessageError):
     def __init__(self, missing: Sequence[str]):
         self.missing = tuple(missing)
         super().__init__(f"JointState is missing joint(s) {list(self.missing)}")
-
-
-# ---- small helpers ---------------------------------------------------------------------------
-
-_TYPECODES = {np.dtype(np.float64): "d", np.dtype(np.float32): "f"}
-_FLOAT64, _FLOAT32 = np.dtype(np.float64), np.dtype(np.float32)
-
-
-def as_array(values: Any, dtype: Any = np.float64) -> np.ndarray:
-    """A numpy view of a message sequence without copying where the element type matches."""
-    dtype = np.dtype(dtype)
-    if isinstance(values, np.ndarray):
-        return values if values.dtype == dtype else values.astype(dtype)
-    if isinstance(values, array.array):
-        if len(values) == 0:
-            return np.empty(0, dtype)
-        if _TYPECODES.get(dtype) == values.typecode:
-            return np.frombuffer(values, dtype=dtype)
-    return np.asarray(values, dtype=dtype)
-
-
-def stamp_to_seconds(stamp: Any) -> float:
-    """builtin_interfaces/Time -> seconds."""
-    return stamp.sec + stamp.nanosec * 1e-9
-
-
-def seconds_to_sec_nanosec(t: float) -> tuple[int, int]:
-    """Seconds -> (sec, nanosec) with 0 <= nanosec < 1e9 (negative times round toward -inf)."""
-    total_ns = round(t * 1e9)
-    return total_ns // 1_000_000_000, total_ns % 1_000_000_000
 
 
 # ---- JointState ------------------------------------------------------------------------------
