@@ -17,6 +17,7 @@ One policy step:
 from __future__ import annotations
 
 import itertools
+import json
 import math
 from typing import Any
 
@@ -570,13 +571,57 @@ class LocomotionEnv:
 
     # ---- resume ---------------------------------------------------------------------------
 
+    # Per-env buffers that, with the simulation state, make up everything a step depends on.
+    _EXACT_BUFFERS = (
+        "actions",
+        "last_actions",
+        "applied_actions",
+        "leg_targets",
+        "last_leg_targets",
+        "second_last_leg_targets",
+        "last_joint_vel",
+        "commands",
+        "episode_length",
+        "steps_since_reset",
+        "delayed",
+        "episode_rewards",
+        "episode_costs",
+        "episode_violations",
+        "origins",
+        "feet_air_time",
+        "last_foot_contact",
+        "landed_air_time",
+    )
+
+    @property
+    def resume_exact(self) -> bool:
+        """Whether :meth:`state_dict` holds the whole simulation (backends with ``get_state``: C
+        MuJoCo), so that a resumed run continues the very same episodes."""
+        return hasattr(self.sim, "get_state")
+
     def state_dict(self) -> dict[str, Any]:
-        """Random generator, curriculum and counters (physics states are not saved: a resumed
-        run starts fresh episodes on the saved terrain levels)."""
+        """Random generator, curriculum and counters; with :attr:`resume_exact` also the whole
+        simulation and every per-env buffer (``exact``), so a run resumed on the same device,
+        backend and number of environments continues bit for bit."""
         out: dict[str, Any] = {"generator": self.generator.get_state(), "common_step": self.common_step}
         if self.curriculum is not None:
             out["terrain_levels"] = self.curriculum.levels.clone()
+        if self.resume_exact:
+            exact: dict[str, Any] = {name: getattr(self, name).detach().cpu().clone() for name in self._EXACT_BUFFERS}
+            exact["sim"] = self.sim.get_state()
+            exact["sim_failures"] = self.sim_failures
+            if isinstance(self.noise_rng, np.random.Generator):
+                exact["noise_rng"] = json.dumps(self.noise_rng.bit_generator.state)
+            if self.curriculum is not None and self.curriculum.generator is not None:
+                exact["curriculum_generator"] = self.curriculum.generator.get_state()
+            out["exact"] = exact
         return out
+
+    @staticmethod
+    def portable_state(state: dict[str, Any]) -> dict[str, Any]:
+        """The part of a :meth:`state_dict` that carries over to another device, backend or
+        number of environments (the generator, counters and terrain levels; not the simulation)."""
+        return {k: v for k, v in state.items() if k != "exact"}
 
     def load_state_dict(self, state: dict[str, Any]) -> None:
         """``state`` as from :meth:`state_dict`; or with ``seed`` in place of ``generator`` (a run
@@ -591,6 +636,23 @@ class LocomotionEnv:
             if levels.shape != self.curriculum.levels.shape:
                 raise ValueError(f"saved terrain levels are for {levels.shape[0]} envs, this env has {self.num_envs}")
             self.curriculum.levels[:] = levels
+        exact = state.get("exact")
+        if exact is not None:
+            if not self.resume_exact:
+                raise ValueError(f"the saved simulation state cannot be restored on the {self.backend_name} backend")
+            self.sim.set_state(exact["sim"])
+            for name in self._EXACT_BUFFERS:
+                saved = torch.as_tensor(exact[name])
+                if saved.shape != getattr(self, name).shape:
+                    raise ValueError(
+                        f"saved {name} has shape {tuple(saved.shape)}, this env {tuple(getattr(self, name).shape)}"
+                    )
+                setattr(self, name, saved.to(self.device).clone())
+            self.sim_failures = int(exact["sim_failures"])
+            if "noise_rng" in exact and isinstance(self.noise_rng, np.random.Generator):
+                self.noise_rng.bit_generator.state = json.loads(exact["noise_rng"])
+            if "curriculum_generator" in exact and self.curriculum is not None:
+                self.curriculum.generator.set_state(exact["curriculum_generator"])
 
     def close(self) -> None:
         self.sim.close()

@@ -16,8 +16,10 @@ from __future__ import annotations
 import contextlib
 import copy
 import itertools
+import json
 import os
 from concurrent.futures import ThreadPoolExecutor
+from typing import Any
 
 import mujoco
 import numpy as np
@@ -325,6 +327,47 @@ class MujocoBackend:
             self._gather_one(i)
         if expected_time is not None:
             self._expected_time[:] = expected_time
+        self._state = None
+
+    def get_state(self) -> dict[str, Any]:
+        """Everything needed to continue these simulations bit for bit in another process built
+        with the same scene, number of environments and seed: each env's integration state and
+        physics variant, the state read after the last step (sensors are computed inside a step,
+        so they are kept, not recomputed), the time bookkeeping and the variant generator."""
+        return {
+            "integration": torch.from_numpy(self.save_states()),
+            "qpos": torch.from_numpy(self._qpos.copy()),
+            "qvel": torch.from_numpy(self._qvel.copy()),
+            "sensors": torch.from_numpy(self._sensors.copy()),
+            "time": torch.from_numpy(self._time.copy()),
+            "expected_time": torch.from_numpy(self._expected_time.copy()),
+            "ctrl": torch.from_numpy(self._ctrl.copy()),
+            "env_variant": torch.from_numpy(self.env_variant.copy()),
+            "variant_params": torch.from_numpy(self.variant_params.copy()),
+            "rng": json.dumps(self._rng.bit_generator.state),
+        }
+
+    def set_state(self, state: dict[str, Any]) -> None:
+        """Restore :meth:`get_state`'s output; refuses one from another scene, size or seed."""
+        integration = np.asarray(state["integration"], dtype=np.float64)
+        size = mujoco.mj_stateSize(self.model, mujoco.mjtState.mjSTATE_INTEGRATION)
+        if integration.shape != (self.num_envs, size):
+            raise ValueError(
+                f"simulation state: {tuple(integration.shape)} integration states, this backend has "
+                f"{(self.num_envs, size)}"
+            )
+        params = np.asarray(state["variant_params"])
+        if params.shape != self.variant_params.shape or not np.array_equal(params, self.variant_params):
+            raise ValueError("simulation state: its physics variants differ from this backend's (another seed?)")
+        self.env_variant[:] = np.asarray(state["env_variant"])
+        self.env_models = [self.models[v] for v in self.env_variant]
+        spec = mujoco.mjtState.mjSTATE_INTEGRATION
+        for i, d in enumerate(self.datas):
+            mujoco.mj_setState(self.env_models[i], d, integration[i], spec)
+        for name in ("qpos", "qvel", "sensors", "time", "expected_time", "ctrl"):
+            getattr(self, f"_{name}")[:] = np.asarray(state[name])
+        self._warned = [(ws[0].number, ws[1].number) for ws in self._warning_stats]
+        self._rng.bit_generator.state = json.loads(state["rng"])
         self._state = None
 
     def physics_params(self) -> torch.Tensor:
