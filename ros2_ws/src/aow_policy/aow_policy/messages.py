@@ -27,6 +27,7 @@ import numpy as np
 from aow_policy.msg_common import MessageError, as_array, seconds_to_sec_nanosec, stamp_to_seconds
 from aow_policy.msg_defs import GRID_MAP, register_grid_map_types
 from aow_policy.msg_odometry import TWIST_FRAMES, BaseState, odometry_to_base_state, read_odometry
+from aow_policy.msg_twist import twist_to_command
 
 try:  # C gathers of float64 buffers (aow_policy/_control.c); optional: the numpy path is the same
     from aow_policy import _control as _native
@@ -202,29 +203,6 @@ def joint_state_to_arrays(msg: Any, joint_names: Sequence[str]) -> JointStateArr
     reader = JointStateReader(joint_names)
     reader.read(msg)
     return reader.arrays()
-
-
-# ---- Twist (velocity command) ---------------------------------------------------------------
-
-
-def twist_to_command(
-    msg: Any, low: Sequence[float], high: Sequence[float], out: np.ndarray | None = None
-) -> np.ndarray:
-    """geometry_msgs/Twist -> (vx, vy, yaw rate) clipped to [low, high] (the contract's ranges).
-
-    NaN stays NaN (it is not a number to clip; callers treat it as a fault).
-    """
-    if out is None:
-        out = np.empty(3)
-    values = (msg.linear.x, msg.linear.y, msg.angular.z)
-    for i in range(3):
-        v = float(values[i])
-        if v < low[i]:
-            v = float(low[i])
-        elif v > high[i]:
-            v = float(high[i])
-        out[i] = v  # NaN fails both comparisons and passes through
-    return out
 
 
 # ---- GridMap ---------------------------------------------------------------------------------
