@@ -626,3 +626,173 @@ def test_the_shipped_checkpoint_resumes_with_its_optimizer_state():
     assert float(state["step"]) == float(saved[0]["step"]) == 212 * 5 * 4
     for p, s in zip(algo._plain_params, (algo.optimizer.state[p] for p in algo._plain_params), strict=True):
         assert s["exp_avg"].shape == p.shape
+
+
+# ---- kappa adaptation: on by default with a positive limit (N-P3O and P3O) -----------------
+
+KAPPA_ALGOS = ("np3o", "p3o")
+
+
+def _kappa_algo(name: str, limits: tuple[float, ...], **params):
+    model = ActorCritic(FLAT, FLAT, 1, len(limits), SMALL)
+    return make_algorithm(name, model, PPOConfig(gamma=GAMMA), ALGO_PARAMS[name](**params), torch.tensor(limits))
+
+
+def _rollout_with_cost_rates(cost_rates: list[float]) -> RolloutStats:
+    """Rollout statistics whose sampled J_C estimate is cost_rate / (1 - gamma) per group."""
+    G = len(cost_rates)
+    return RolloutStats(
+        adv_mean=torch.tensor(0.0),
+        adv_std=torch.tensor(1.0),
+        cost_adv_mean=torch.zeros(G),
+        cost_adv_std=torch.ones(G),
+        cost_return=torch.zeros(G),  # the critic's estimate does not decide "violated"
+        num_samples=10,
+        cost_rate=torch.tensor(cost_rates),
+    )
+
+
+@pytest.mark.parametrize("name", KAPPA_ALGOS)
+def test_a_positive_limit_turns_the_kappa_adaptation_on_per_group(name):
+    algo = _kappa_algo(name, (2.5, 0.0))  # kappa_adapt not set
+    assert ALGO_PARAMS[name]().kappa_adapt is None
+    assert algo.kappa_adapt_rates.tolist() == pytest.approx([0.05, 0.0])
+    both = _kappa_algo(name, (2.5, 0.1))
+    assert both.kappa_adapt_rates.tolist() == pytest.approx([0.05, 0.05])
+    assert "kappa_eff/1" in algo.penalty_scalars()
+
+
+@pytest.mark.parametrize("name", KAPPA_ALGOS)
+def test_a_zero_limit_keeps_the_papers_schedule(name):
+    algo = _kappa_algo(name, (0.0, 0.0))
+    assert algo.kappa_adapt_rates.tolist() == [0.0, 0.0]
+    assert not algo.adapts_kappa
+    violated = _rollout_with_cost_rates([0.5, 0.5])  # any cost violates eps = 0
+    for it in range(5):
+        algo.begin_update(violated, it)
+        assert algo.kappas().tolist() == pytest.approx([algo.kappa_at(it)] * 2, rel=1e-6)
+    assert algo.kappa_scale.tolist() == [1.0, 1.0]
+    assert set(algo.penalty_scalars()) == {"kappa"}
+
+
+@pytest.mark.parametrize("name", KAPPA_ALGOS)
+def test_an_explicit_kappa_adapt_wins_over_the_default(name):
+    off = _kappa_algo(name, (2.5, 2.5), kappa_adapt=0.0)
+    assert off.kappa_adapt_rates.tolist() == [0.0, 0.0]
+    off.begin_update(_rollout_with_cost_rates([1.0, 1.0]), 0)  # J_C ~ 100 > 2.5, and kappa stays the schedule's
+    assert off.kappa_scale.tolist() == [1.0, 1.0]
+    on = _kappa_algo(name, (0.0, 2.5), kappa_adapt=0.1)
+    assert on.kappa_adapt_rates.tolist() == pytest.approx([0.1, 0.1])
+    on.begin_update(_rollout_with_cost_rates([1.0, 1.0]), 0)
+    assert on.kappa_scale.tolist() == pytest.approx([1.1, 1.1])
+
+
+@pytest.mark.parametrize("name", KAPPA_ALGOS)
+def test_kappa_sequence_for_violated_and_satisfied_rollouts(name):
+    """Group 0 (eps = 2.5, the default rate 0.05) over V V S V S S V; group 1 (eps = 0) keeps the
+    schedule although every rollout has cost. kappa of update i = schedule_i * 1.05**(violating
+    rollouts up to and including i): raised at once, never lowered."""
+    algo = _kappa_algo(name, (2.5, 0.0))
+    eps_rate = 2.5 * (1 - GAMMA)  # the cost rate at which the sampled J_C equals eps
+    pattern = "VVSVSSV"
+    raises = 0
+    for it, outcome in enumerate(pattern):
+        violated = outcome == "V"
+        algo.begin_update(_rollout_with_cost_rates([eps_rate * (1.5 if violated else 0.5), 0.3]), it)
+        raises += violated
+        scheduled = algo.kappa_at(it)
+        assert algo.kappa == pytest.approx(scheduled)
+        assert algo.kappas().tolist() == pytest.approx([scheduled * 1.05**raises, scheduled], rel=1e-5)
+    # exactly at the limit is not a violation
+    algo.begin_update(_rollout_with_cost_rates([eps_rate, 0.3]), len(pattern))
+    assert algo.kappa_scale[0].item() == pytest.approx(1.05**4, rel=1e-5)
+
+
+@pytest.mark.parametrize("name", KAPPA_ALGOS)
+def test_adaptive_kappa_stops_at_kappa_adapt_max(name):
+    algo = _kappa_algo(name, (2.5,))
+    cap = ALGO_PARAMS[name]().kappa_adapt_max
+    assert cap == pytest.approx(20 * ALGO_PARAMS[name]().kappa_max)  # above the schedule's kappa
+    for it in range(200):  # 1.05**200 ~ 17,000: far past the cap
+        algo.begin_update(_rollout_with_cost_rates([1.0]), it)
+    assert algo.kappas().item() == pytest.approx(cap, rel=1e-5)
+
+
+@pytest.mark.parametrize("name", KAPPA_ALGOS)
+def test_kappa_adapt_resumes_as_trained(name):
+    algo = _kappa_algo(name, (2.5,))
+    algo.begin_update(_rollout_with_cost_rates([1.0]), 0)
+    state = algo.state_dict()
+    fresh = _kappa_algo(name, (2.5,))
+    fresh.load_state_dict(state)
+    assert fresh.kappa_scale.tolist() == pytest.approx([1.05])
+    assert fresh.kappa_adapt_rates.tolist() == pytest.approx([0.05])
+    # A state written before kappa_adapt existed (no kappa_scale) was trained on the paper's
+    # schedule; its config holds no kappa_adapt, which would now resolve to the default.
+    legacy = _kappa_algo(name, (2.5,))
+    legacy.load_state_dict({"name": name, "learning_rate": 1e-3})
+    assert legacy.kappa_adapt_rates.tolist() == [0.0]
+    legacy.begin_update(_rollout_with_cost_rates([1.0]), 0)
+    assert legacy.kappa_scale.tolist() == [1.0]
+    # ... and it stays so through its next checkpoint
+    again = _kappa_algo(name, (2.5,))
+    again.load_state_dict(legacy.state_dict())
+    assert again.kappa_adapt_rates.tolist() == [0.0]
+
+
+def test_the_shipped_pre_kappa_adapt_checkpoint_resumes_on_the_papers_schedule():
+    ckpt, cfg, model = _shipped_np3o()
+    assert cfg.algo_params.kappa_adapt is None  # its config predates the field
+    algo = make_algorithm("np3o", model, cfg.ppo, cfg.algo_params, cost_limits=torch.tensor([2.5, 2.5]))
+    assert algo.adapts_kappa
+    algo.load_state_dict(ckpt["algo_state"])
+    assert not algo.adapts_kappa
+
+
+def test_kappa_adapt_config_tells_unset_from_zero():
+    from training.config import ConfigError, TrainConfig
+
+    for value in (None, 0.0, 0.05):
+        cfg = TrainConfig(algo="np3o", algo_params=NP3OParams(kappa_adapt=value))
+        cfg.validate()
+        again = TrainConfig.from_dict(cfg.to_dict())
+        assert again.algo_params.kappa_adapt == value
+        assert (again.algo_params.kappa_adapt is None) == (value is None)
+    assert TrainConfig.from_dict({"algo": "p3o", "algo_params": {"kappa_adapt": 0}}).algo_params.kappa_adapt == 0.0
+    with pytest.raises(ConfigError, match="kappa_adapt"):
+        TrainConfig(algo="np3o", algo_params=NP3OParams(kappa_adapt=1.5)).validate()
+    assert NP3OParams().kappa_adapt_rates([0.0, 2.5]) == [0.0, 0.05]
+    assert NP3OParams(kappa_adapt=0.0).kappa_adapt_rates([0.0, 2.5]) == [0.0, 0.0]
+
+
+@pytest.mark.parametrize("name", KAPPA_ALGOS)
+@pytest.mark.parametrize(
+    ("argv", "rates"),
+    [
+        (["--cost-limit", "16"], [0.05]),
+        (["--set", "algo_params.cost_limit=2.0"], [0.05]),
+        (["--set", "cost_limits.limits=2.0"], [0.05]),
+        ([], [0.0]),  # the algorithm's own limit: 0
+        (["--cost-limit", "16", "--set", "algo_params.kappa_adapt=0"], [0.0]),
+        (["--cost-limit", "0"], [0.0]),
+    ],
+)
+def test_aow_train_limits_switch_the_kappa_adaptation(name, argv, rates):
+    from training.runner import Runner
+    from training.train import build_parser, config_from_args
+
+    args = build_parser().parse_args(["--task", "toy_speed_limit", "--algo", name, "--num-envs", "4", *argv])
+    cfg = config_from_args(args)
+    cfg.network = SMALL
+    algo = Runner(cfg, progress=False, tensorboard=False).algo
+    assert algo.kappa_adapt_rates.tolist() == pytest.approx(rates)
+
+
+def test_the_help_texts_name_the_kappa_adapt_default():
+    from training.compare import build_parser as compare_parser
+    from training.train import build_parser as train_parser
+
+    for parser in (train_parser(), compare_parser()):
+        text = " ".join(parser.format_help().split())
+        assert "kappa_adapt 0.05" in text, parser.prog
+        assert "kappa_adapt=0" in text, parser.prog

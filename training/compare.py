@@ -200,7 +200,13 @@ def build_parser() -> argparse.ArgumentParser:
     p.add_argument("--num-envs", type=int, help="environments per run (default: the config's)")
     p.add_argument("--steps-per-env", type=int, help="rollout length per environment")
     p.add_argument("--device", help="cpu or cuda")
-    p.add_argument("--cost-limit", type=float, metavar="COST_PER_EPISODE", help=COST_LIMIT_HELP)
+    p.add_argument(
+        "--cost-limit",
+        type=float,
+        metavar="COST_PER_EPISODE",
+        # algo_params.* is set per algorithm here (--set refuses it)
+        help=f"{COST_LIMIT_HELP}. Here: --algo-set np3o:kappa_adapt=0 (and p3o:kappa_adapt=0)",
+    )
     p.add_argument("--config", type=Path, help="base YAML config (a TrainConfig)")
     p.add_argument("--set", action="append", default=[], metavar="KEY=VALUE", help="config override (repeatable)")
     p.add_argument(

@@ -16,6 +16,7 @@ import math
 import os
 import types
 import typing
+from collections.abc import Sequence
 from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any, Union
@@ -133,6 +134,11 @@ class PPOParams:
         pass
 
 
+# kappa_adapt of a cost group with a positive limit when the user sets none (docs/benchmarks.md:
+# with the paper's schedule alone N-P3O loses a limit that the reward pays to break).
+DEFAULT_KAPPA_ADAPT = 0.05
+
+
 @dataclass
 class KappaParams:
     """Penalty weight schedule kappa_i = min(kappa_max, kappa_init * kappa_growth**i)."""
@@ -142,16 +148,27 @@ class KappaParams:
     kappa_growth: float = 1.0004
     cost_limit: float = 0.0  # eps in the internal unit (discounted cost return J_C); see --cost-limit
     # Raise kappa by the factor 1 + kappa_adapt after every rollout that violates the constraint,
-    # never lower it (0: the paper's schedule only), up to kappa_adapt_max (algorithms/np3o.py).
-    kappa_adapt: float = 0.0
+    # never lower it, up to kappa_adapt_max (algorithms/np3o.py). None (not set): per cost group,
+    # DEFAULT_KAPPA_ADAPT where its limit eps is positive and 0 (the paper's schedule) where eps = 0,
+    # so the paper's robot setting (eps = 0) is unchanged. A number, 0 included, is used as given
+    # for every group: ``kappa_adapt: 0`` restores the paper's schedule with any limit. None stays
+    # None in the saved config; :meth:`kappa_adapt_rates` resolves it when the algorithm is built.
+    kappa_adapt: float | None = None
     kappa_adapt_max: float = 20.0
 
+    def kappa_adapt_rates(self, cost_limits: Sequence[float]) -> list[float]:
+        """The kappa_adapt of every cost group, given the groups' limits eps (internal unit)."""
+        if self.kappa_adapt is not None:
+            return [float(self.kappa_adapt)] * len(cost_limits)
+        return [DEFAULT_KAPPA_ADAPT if float(eps) > 0 else 0.0 for eps in cost_limits]
+
     def validate(self, prefix: str) -> None:
-        _check(
-            _finite(self.kappa_adapt) and 0 <= self.kappa_adapt < 1,
-            f"{prefix}.kappa_adapt",
-            f"must be in [0, 1), got {self.kappa_adapt!r}",
-        )
+        if self.kappa_adapt is not None:
+            _check(
+                _finite(self.kappa_adapt) and 0 <= self.kappa_adapt < 1,
+                f"{prefix}.kappa_adapt",
+                f"must be in [0, 1) or null (automatic), got {self.kappa_adapt!r}",
+            )
         _check(
             _positive(self.kappa_adapt_max),
             f"{prefix}.kappa_adapt_max",
@@ -171,6 +188,9 @@ class KappaParams:
 @dataclass
 class P3OParams(KappaParams):
     kappa_max: float = 120.0
+    # kappa_adapt's cap at the same 20 times kappa_max as N-P3O's (20 against 1): P3O's kappa weighs
+    # raw cost advantages, so N-P3O's 20 would sit below P3O's scheduled kappa and stop any raise.
+    kappa_adapt_max: float = 2400.0
 
 
 @dataclass

@@ -53,7 +53,11 @@ COST_LIMIT_HELP = (
     "OmniSafe's cost_limit, e.g. 25 per 1000-step episode). Every algorithm gets the same internal eps "
     "= COST / (T (1 - gamma)), the discounted cost return J_C of a policy spending COST per episode at a "
     "constant rate (25 per 1000 steps, gamma 0.99: eps = 2.5). Default: each algorithm's own "
-    "algo_params.cost_limit, already in that internal unit (the paper's Table III values)"
+    "algo_params.cost_limit, already in that internal unit (the paper's Table III values). With a "
+    "positive limit N-P3O and P3O raise kappa after every rollout that breaks it (default kappa_adapt "
+    "0.05, the exact-penalty update; never lowered, capped at algo_params.kappa_adapt_max), so that they "
+    "hold it when the reward pays for the cost; algo_params.kappa_adapt=0 restores the paper's kappa "
+    "schedule. A limit of 0 (the paper's robot setting) keeps the paper's schedule"
 )
 
 

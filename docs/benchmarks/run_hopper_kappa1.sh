@@ -7,4 +7,4 @@ OUT=${OUT:-runs/bench_hopper}
 export PYTHONWARNINGS=ignore::DeprecationWarning
 nice -n 19 .venv/bin/aow-compare --task gym:AoWSafetyHopperVelocity-v1 --seeds 1 --iterations 150 --num-envs 32 \
     --steps-per-env 64 --cost-limit 25 --jobs 1 --threads 1 --algos np3o \
-    --algo-set np3o:kappa_init=1 --algo-set np3o:kappa_growth=1 --out "$OUT/np3o_kappa1"
+    --algo-set np3o:kappa_init=1 --algo-set np3o:kappa_growth=1 --algo-set np3o:kappa_adapt=0 --out "$OUT/np3o_kappa1"

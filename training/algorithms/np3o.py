@@ -23,12 +23,15 @@ so the defaults are kappa_max = 1 (N-P3O) or 120 (P3O), kappa_init = kappa_max /
 kappa_growth = 1.0004. The appendix's literal numbers are kappa_init = 0.1, kappa_max = 0.2;
 kappa_growth = 1 gives a constant kappa = kappa_init.
 
-``kappa_adapt`` (0 by default: the paper's schedule) makes kappa an exact penalty whose weight
-is raised until it is large enough, as exact penalty methods update their penalty parameter:
-per cost group, kappa_i = schedule_i * scale_i, and after every rollout whose sampled constraint
-estimate cost_rate_i / (1 - gamma) exceeds eps_i, scale_i *= 1 + kappa_adapt; it is never
-lowered (inside the constraint the ReLU switches the penalty off whatever its weight), and
-kappa_i stays at most ``kappa_adapt_max``. Why: P3O's penalty max(0, L^VIOL) is exact only when
+``kappa_adapt`` makes kappa an exact penalty whose weight is raised until it is large enough,
+as exact penalty methods update their penalty parameter: per cost group, kappa_i = schedule_i *
+scale_i, and after every rollout whose sampled constraint estimate cost_rate_i / (1 - gamma)
+exceeds eps_i, scale_i *= 1 + kappa_adapt_i; it is never lowered (inside the constraint the ReLU
+switches the penalty off whatever its weight; docs/benchmarks.md measures lowering it after
+satisfied rollouts), and kappa_i stays at most ``kappa_adapt_max``. Default
+(``kappa_adapt`` not set): 0.05 for every cost group with a positive limit eps_i, 0 (the paper's
+schedule) for a group with eps_i = 0, the paper's robot setting; an explicit ``kappa_adapt``,
+0 included, applies to every group. Why: P3O's penalty max(0, L^VIOL) is exact only when
 kappa exceeds the constraint's optimal Lagrange multiplier; normalizing the cost advantages
 fixes kappa's scale against the reward's (kappa = 1: equal weights) but not that multiplier. An
 active penalty's gradient is kappa times that of the normalized cost surrogate whatever the size
@@ -36,7 +39,8 @@ of the violation (the constant part of L^VIOL,N only switches the ReLU, and its 
 sigma_C shrinks as the violation grows), so a task whose reward pays for the cost more than
 kappa penalizes it (a velocity limit on a task that rewards speed) keeps breaking the constraint
 at any J_C (docs/benchmarks.md). The sampled cost rate, not the GAE estimate J_C, decides
-"violated": a lagging cost critic makes J_C low.
+"violated": a lagging cost critic makes J_C low. With eps_i = 0 any cost violates, so an
+explicit kappa_adapt there raises kappa to its cap (which is why the default leaves it off).
 """
 
 from __future__ import annotations
@@ -59,6 +63,9 @@ class NP3O(ConstrainedPPO):
         self.kappa = self.kappa_at(0)
         # [G] multiplier of the scheduled kappa per group (``kappa_adapt``; stays 1 without it)
         self.kappa_scale = torch.ones(self.num_cost_groups, device=self.device)
+        # [G] kappa_adapt per group, resolved from the limits (KappaParams.kappa_adapt_rates)
+        rates = self.params.kappa_adapt_rates(self.cost_limits.tolist())
+        self.kappa_adapt_rates = torch.tensor(rates, dtype=torch.float32, device=self.device)
 
     @property
     def kappa_init(self) -> float:
@@ -69,17 +76,22 @@ class NP3O(ConstrainedPPO):
         p = self.params
         return losses.kappa_schedule(iteration, self.kappa_init, p.kappa_max, p.kappa_growth)
 
+    @property
+    def adapts_kappa(self) -> bool:
+        """Whether any cost group's kappa is raised after violating rollouts."""
+        return bool((self.kappa_adapt_rates > 0).any())
+
     def begin_update(self, stats: RolloutStats, iteration: int) -> None:
         self.kappa = self.kappa_at(iteration)
-        p, G = self.params, self.num_cost_groups
-        if p.kappa_adapt > 0:
+        G = self.num_cost_groups
+        if self.adapts_kappa:
             if stats.cost_rate is not None:
                 estimate = stats.cost_rate[:G] / (1.0 - self.cfg.gamma)
             else:
                 estimate = stats.cost_return[:G]
             violated = estimate > self.cost_limits
-            raised = self.kappa_scale * (1.0 + p.kappa_adapt)
-            cap = p.kappa_adapt_max / max(self.kappa, 1e-12)
+            raised = self.kappa_scale * (1.0 + self.kappa_adapt_rates)  # rate 0: unchanged
+            cap = self.params.kappa_adapt_max / max(self.kappa, 1e-12)
             self.kappa_scale = torch.where(violated, raised, self.kappa_scale).clamp(max=max(cap, 1.0))
 
     def cost_advantage_scale(self, stats: RolloutStats) -> torch.Tensor | float:
@@ -109,14 +121,26 @@ class NP3O(ConstrainedPPO):
 
     def penalty_scalars(self) -> dict[str, float]:
         out = {"kappa": float(self.kappa)}
-        if self.params.kappa_adapt > 0:
+        if self.adapts_kappa:
             for name, k in zip(self.group_names, self.kappas().tolist(), strict=True):
                 out[f"kappa_eff/{name}"] = k
         return out
 
     def extra_state(self) -> dict[str, Any]:
-        return {"kappa_scale": self.kappa_scale.detach().cpu().clone()}
+        return {
+            "kappa_scale": self.kappa_scale.detach().cpu().clone(),
+            # what the run was trained with, so that a resume continues with the same rates
+            "kappa_adapt_rates": self.kappa_adapt_rates.detach().cpu().clone(),
+        }
 
     def load_extra_state(self, state: dict[str, Any]) -> None:
+        if "kappa_adapt_rates" in state:
+            self.kappa_adapt_rates = state["kappa_adapt_rates"].to(self.device).clone()
+        elif "kappa_scale" not in state:
+            # Written before kappa_adapt existed, so trained on the paper's schedule; its config
+            # holds no kappa_adapt and would now resolve to the automatic default.
+            self.kappa_adapt_rates = torch.zeros_like(self.kappa_adapt_rates)
+        # (kappa_scale without rates: written while kappa_adapt had to be given, so its config holds
+        # the explicit value the rates were resolved from above.)
         if "kappa_scale" in state:  # checkpoints from before kappa_adapt hold none (scale 1)
             self.kappa_scale = state["kappa_scale"].to(self.device).clone()
