@@ -12,31 +12,37 @@ import sys
 import time
 from pathlib import Path
 
+import numpy as np
 import pytest
 import torch
 
 from tests.test_runner import TINY_FLAGS, tiny_config
 from training.checkpoint import load_checkpoint, save_checkpoint
-from training.runner import Runner
+from training.runner import Runner, spread_terrain_levels
 from training.train import main
 
 REPO = Path(__file__).resolve().parents[1]
 
 
+def cuda_generator_state(seed: int, offset: int) -> torch.Tensor:
+    """What a CUDA (Philox) generator's ``get_state()`` returns: its seed and offset, 8 bytes each.
+    A CPU generator's state is a 5056-byte Mersenne Twister and refuses it."""
+    return torch.from_numpy(np.array([seed, offset], dtype=np.int64).view(np.uint8).copy())
+
+
 def _as_if_trained_on_cuda(path: Path) -> None:
-    """Rewrite a CPU checkpoint as a CUDA machine writes it: config device cuda, and generator
-    states in the CUDA generator's format (16 bytes: seed and offset), which a CPU generator refuses."""
+    """Rewrite a checkpoint written here (no GPU) as a CUDA machine writes it: config device cuda,
+    and every generator state (the runner's and the environment's) in the CUDA generator's format."""
     ckpt = load_checkpoint(path)
     ckpt["config"]["device"] = "cuda"
     ckpt["config"]["backend"] = "mujoco_warp"
-    cuda_state = torch.zeros(16, dtype=torch.uint8)
-    ckpt["rng"]["generators"] = [cuda_state]
-    for rank in ckpt["runner_state"]["ranks"]:
-        rank["generator"] = cuda_state
+    ckpt["rng"]["generators"] = [cuda_generator_state(ckpt["config"]["seed"], 0)]
+    for k, rank in enumerate(ckpt["runner_state"]["ranks"]):
+        rank["generator"] = cuda_generator_state(ckpt["config"]["seed"], 4 * ckpt["iteration"] + k)
         if rank.get("env") is not None:
-            rank["env"]["generator"] = cuda_state
+            rank["env"]["generator"] = cuda_generator_state(ckpt["config"]["seed"] + 1, 4 * ckpt["iteration"] + k)
     with pytest.raises(RuntimeError):
-        torch.Generator().set_state(cuda_state)  # why the runner must reseed, not load
+        torch.Generator().set_state(ckpt["rng"]["generators"][0])  # why the runner must reseed, not load
     ckpt.pop("format"), ckpt.pop("version")
     save_checkpoint(path, ckpt)
 
@@ -45,14 +51,13 @@ def _resume(run: Path, iterations: int, **placement) -> Runner:
     return Runner(tiny_config("np3o", iterations, **placement), run, resume=True, progress=False, tensorboard=False)
 
 
-def test_a_gpu_checkpoint_continues_on_a_cpu_with_the_learning_state_exact(tmp_path):
+def test_a_cuda_format_checkpoint_continues_on_a_cpu_with_the_learning_state_exact(tmp_path):
     run = tmp_path / "run"
     Runner(tiny_config("np3o", 2), run, progress=False, tensorboard=False).learn()
     _as_if_trained_on_cuda(run / "model_2.pt")
     saved = load_checkpoint(run / "model_2.pt")
     resumed = _resume(run, 4)
     assert resumed.iteration == 2
-    assert resumed.resumed_from == {"device": "cuda", "backend": "mujoco_warp", "num_envs": 8}
     assert any("device cuda -> cpu" in n and "reseeded" in n for n in resumed.resume_notes), resumed.resume_notes
     for key, value in resumed.model.state_dict().items():  # networks and normalizers as saved
         assert torch.equal(value, saved["model"][key]), key
@@ -151,15 +156,83 @@ def test_aow_train_stops_cleanly_on_sigterm_and_ctrl_c(tmp_path, sig):
     assert main(["--resume", str(run), "--iterations", str(last + 1), "--no-progress", "--no-tensorboard"]) == 0
 
 
-def test_terrain_levels_carry_over_to_another_number_of_environments(tmp_path):
-    pytest.importorskip("training.envs")
+def _rough_config(iterations: int, **fields):
+    return tiny_config("np3o", iterations, task="aow_rough", **fields)
+
+
+def _resume_rough(run: Path, iterations: int, **placement) -> Runner:
+    return Runner(_rough_config(iterations, **placement), run, resume=True, progress=False, tensorboard=False)
+
+
+def _assert_same_proportions(new: torch.Tensor, saved: torch.Tensor) -> None:
+    """Each level's count among the new environments is within one of its share of the saved ones."""
+    n, m = len(new), len(saved)
+    for level in torch.unique(saved).tolist():
+        share = n * int((saved == level).sum()) / m
+        assert abs(int((new == level).sum()) - share) < 1, (level, new.tolist(), saved.tolist())
+    assert set(new.tolist()) <= set(saved.tolist())
+
+
+@pytest.mark.parametrize("saved_envs", [4, 6, 10])
+def test_spread_terrain_levels_keeps_the_proportions(saved_envs):
+    generator = torch.Generator().manual_seed(saved_envs)
+    for _ in range(20):
+        saved = torch.randint(0, 10, (saved_envs,), generator=generator)
+        for num_envs in range(1, 4 * saved_envs + 2):
+            _assert_same_proportions(spread_terrain_levels(saved, num_envs), saved)
+        assert torch.equal(spread_terrain_levels(saved, saved_envs), saved)  # the same number: unchanged
+        # a multiple: each saved environment's level repeated in place (its terrain column follows its index)
+        assert torch.equal(spread_terrain_levels(saved, 3 * saved_envs), saved.repeat_interleave(3))
+
+
+def test_terrain_levels_keep_their_proportions_over_more_fewer_and_non_multiple_environments(tmp_path):
     run = tmp_path / "run"
-    first = Runner(tiny_config("np3o", 1, task="aow_rough", num_envs=4), run, progress=False, tensorboard=False)
-    first.env.curriculum.levels[:] = torch.tensor([0, 3, 5, 9], device=first.env.curriculum.levels.device)
+    first = Runner(_rough_config(1, num_envs=6), run, progress=False, tensorboard=False)
+    first.env.curriculum.levels[:] = torch.tensor([9, 0, 9, 0, 9, 5], device=first.env.curriculum.levels.device)
     first.learn()
     saved = load_checkpoint(run / "model_1.pt")["runner_state"]["ranks"][0]["env"]["terrain_levels"]
-    resumed = Runner(
-        tiny_config("np3o", 2, task="aow_rough", num_envs=8), run, resume=True, progress=False, tensorboard=False
-    )
-    assert resumed.env.curriculum.levels.tolist() == saved.tolist() * 2
-    assert any("4 -> 8 environments: terrain levels" in n for n in resumed.resume_notes), resumed.resume_notes
+    assert len(set(saved.tolist())) >= 2  # the episodes did not end: the levels still differ
+    for num_envs in (12, 3, 4, 9):  # a multiple, fewer, fewer and not a divisor, more and not a multiple
+        resumed = _resume_rough(run, 2, num_envs=num_envs)
+        levels = resumed.env.curriculum.levels.cpu()
+        assert len(levels) == num_envs
+        _assert_same_proportions(levels, saved)
+        note = f"6 -> {num_envs} environments: terrain levels"
+        assert any(note in n for n in resumed.resume_notes), resumed.resume_notes
+
+
+def test_a_locomotion_run_from_a_cuda_machine_continues_here_with_its_environment_reseeded(tmp_path):
+    """The resume path a GPU run takes on a CPU, on the real locomotion environment: its saved
+    generator state cannot be loaded here, so the runner hands the environment a seed derived from
+    (seed, iteration) (``load_state_dict`` with ``seed``), while the terrain levels and step count
+    carry over exactly."""
+    run = tmp_path / "run"
+    first = Runner(_rough_config(2, num_envs=4, save_interval=1), run, progress=False, tensorboard=False)
+    first.env.curriculum.levels[:] = torch.tensor([9, 0, 9, 7], device=first.env.curriculum.levels.device)
+    first.learn()
+    at_one = tmp_path / "at_one"  # the same run resumed from its first checkpoint instead
+    at_one.mkdir()
+    (at_one / "model_1.pt").write_bytes((run / "model_1.pt").read_bytes())
+    for path in (run / "model_1.pt", run / "model_2.pt", at_one / "model_1.pt"):
+        _as_if_trained_on_cuda(path)
+    saved_env = load_checkpoint(run / "model_2.pt")["runner_state"]["ranks"][0]["env"]
+
+    resumed = _resume_rough(run, 3, num_envs=4, device="cpu", backend="mujoco")
+    with pytest.raises(RuntimeError):  # what the environment could not have taken as saved
+        torch.Generator().set_state(saved_env["generator"])
+    assert resumed.iteration == 2
+    assert any("device cuda -> cpu" in n and "reseeded" in n for n in resumed.resume_notes), resumed.resume_notes
+    assert resumed.env.curriculum.levels.tolist() == saved_env["terrain_levels"].tolist()
+    assert resumed.env.common_step == saved_env["common_step"] > 0
+    state = resumed.env.generator.get_state()
+    again = _resume_rough(run, 3, num_envs=4, device="cpu", backend="mujoco")
+    assert torch.equal(again.env.generator.get_state(), state)  # derived, not drawn: the same resume, the same stream
+    earlier = _resume_rough(at_one, 3, num_envs=4, device="cpu", backend="mujoco")
+    assert earlier.iteration == 1
+    assert not torch.equal(earlier.env.generator.get_state(), state)  # another iteration, another stream
+    fresh = Runner(_rough_config(1, num_envs=4), None, progress=False, tensorboard=False)
+    assert not torch.equal(fresh.env.generator.get_state(), state)  # reseeded, not left as built
+    resumed.learn()
+    written = load_checkpoint(run / "model_3.pt")
+    assert written["config"]["device"] == "cpu"
+    assert len(written["runner_state"]["ranks"][0]["env"]["generator"]) == len(state)  # a CPU generator's state now

@@ -142,6 +142,25 @@ def _robot_contract_hash(env: Any, task: str) -> str:
     return load_robot().contract_hash
 
 
+def spread_terrain_levels(levels: torch.Tensor, num_envs: int) -> torch.Tensor:
+    """The saved per-environment terrain levels handed out over ``num_envs`` environments in the
+    same proportions: each level's share of the new environments is within one environment of
+    its share of the saved ones, for more, fewer or a non-multiple number of environments.
+
+    The saved environments are ranked by (level, index) and picked at evenly spaced ranks (each
+    level value occupies a contiguous run of ranks, so it gets its share of the picks); the picks
+    are then put back in the order of the saved environments, because an environment's terrain
+    type (column) follows its index, and a sorted hand-out would give each column one level.
+    """
+    saved = len(levels)
+    if saved == 0 or num_envs <= 0:
+        raise ValueError(f"cannot spread {saved} saved terrain levels over {num_envs} environments")
+    by_level = torch.sort(levels.cpu(), stable=True).indices  # ties keep the saved order
+    ranks = (2 * torch.arange(num_envs) + 1) * saved // (2 * num_envs)  # the midpoint rank of each new env's share
+    picked = torch.sort(by_level[ranks]).values
+    return levels[picked.to(levels.device)]
+
+
 class EpisodeLog:
     """Per-iteration episode statistics: sums and counts, reduced over ranks at the end."""
 
@@ -393,7 +412,11 @@ class Runner:
         env_state = state.get("env")
         full_state = getattr(self.env, "resume_exact", False)  # its state_dict holds the whole simulation
         if full_state and not (same_device and same_envs and same_backend):
-            env_state = None  # a whole simulation state does not move to another device or size: fresh episodes
+            # A whole simulation state does not move to another device, backend or size: fresh episodes,
+            # with the part that does carry over (generator, counters, terrain levels) where the env says which.
+            portable = getattr(self.env, "portable_state", None)
+            env_state = portable(env_state) if portable is not None and env_state is not None else None
+            full_state = False
         if env_state is not None and hasattr(self.env, "load_state_dict"):
             env_state = dict(env_state)
             if not same_device:
@@ -401,7 +424,7 @@ class Runner:
                 env_state["seed"] = self._reseed(1)
             levels = env_state.get("terrain_levels")
             if levels is not None and len(levels) != self.num_envs:
-                env_state["terrain_levels"] = torch.as_tensor(levels)[torch.arange(self.num_envs) % len(levels)]
+                env_state["terrain_levels"] = spread_terrain_levels(torch.as_tensor(levels), self.num_envs)
                 levels_spread = True
             self.env.load_state_dict(env_state)
             if full_state:
