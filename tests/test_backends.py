@@ -156,7 +156,6 @@ def test_mujoco_warp_matches_c_mujoco_over_20_steps(robot):
     Runs MuJoCo Warp on CPU. The first run compiles warp's kernels (about 2 minutes here);
     with warp's kernel cache warm the test takes about 15 s.
     """
-    pytest.importorskip("mujoco_warp")
     c, w = backend("mujoco", robot, 3), backend("mujoco_warp", robot, 3)
     try:
         ids = torch.arange(3)

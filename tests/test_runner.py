@@ -307,7 +307,6 @@ def test_ppo_breaks_the_speed_limit(seed):
 
 def test_trains_on_the_locomotion_task(tmp_path):
     """The real task of training.envs, through the same runner (tiny: 4 robots, 8 steps)."""
-    pytest.importorskip("training.envs")
     from aow_policy.robot import load_robot
 
     cfg = tiny_config("np3o", 1, task="aow_flat", num_envs=4)

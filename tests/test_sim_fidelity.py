@@ -163,7 +163,6 @@ def test_mujoco_warp_counts_planted_overflows(robot):
     candidate pairs (every robot geom is one with the height field, whose bounds cover the
     terrain) overflows the buffer all worlds share; 4 solver iterations do not settle a landing
     robot. Each is counted, and only in the steps where it happens."""
-    pytest.importorskip("mujoco_warp")
     keys = set(SIM_STATS)
     be = backend("mujoco_warp", robot, flat_field(), 2)
     try:
@@ -286,7 +285,6 @@ def test_mujoco_warp_matches_c_mujoco_on_rough_terrain(robot):
     millimetres; a dropped wheel contact sinks a base by centimetres, and before the height-field
     fix (training.sim.backends.warp_fixes) the robot on the bumps was 4.8 cm lower, 0.41 m/s and
     0.59 rad apart after one phantom contact."""
-    pytest.importorskip("mujoco_warp")
     terrain = small_rough_terrain()
     assert terrain.types == ["stairs_up", "blocks", "slope_up", "bumps"]
     # Off the flat spawn platforms: wheels on step edges, blocks, the slope and the bumps.
@@ -307,7 +305,6 @@ def test_mujoco_warp_matches_c_mujoco_on_rough_terrain(robot):
 def test_mujoco_warp_matches_c_mujoco_on_flat_ground(robot):
     """The same on the plane of aow_flat (its own kernels: slow with a cold warp cache).
     Largest differences seen: 0.2 mm, 0.013 m/s, 0.006 rad."""
-    pytest.importorskip("mujoco_warp")
     xy = torch.tensor([[0.0, 0.0], [2.0, 0.0], [0.0, 2.0], [2.0, 2.0]])
     r = run_side_by_side(robot, None, xy, torch.tensor([0.0, 0.7, -1.0, 2.0]))
     assert (r["height_diff"] < 0.002).all(), r
@@ -374,7 +371,6 @@ def test_mujoco_warp_wheel_contacts_on_a_height_field_match_c_mujoco(robot):
     """The height-field witness fix: the right front wheel landing on the bumps gets C MuJoCo's
     two contacts (4.4 mm up, 0.9 mm sideways), nothing pointing into the terrain and nothing
     dropped by the contact filter (which would hide an unfixed witness)."""
-    pytest.importorskip("mujoco_warp")
     terrain = small_rough_terrain()
     c, w = backend("mujoco", robot, terrain, 1), backend("mujoco_warp", robot, terrain, 1)
     try:
@@ -391,7 +387,6 @@ def test_mujoco_warp_wheel_contacts_on_a_height_field_match_c_mujoco(robot):
 
 def test_mujoco_warp_drops_and_counts_contacts_pointing_into_the_terrain(robot):
     terrain = Terrain.generate(TerrainConfig(kind="rough"))
-    pytest.importorskip("mujoco_warp")
     c, w = backend("mujoco", robot, terrain, 1), backend("mujoco_warp", robot, terrain, 1)
     try:
         assert not [x for x in contacts_at(c, SHANK_ON_ROUGH) if x[0] == "LH_SHANK_tube"]

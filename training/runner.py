@@ -67,14 +67,6 @@ class TrainingError(RuntimeError):
     """Training cannot go on (diverged, or the run directory is unusable); the message says why."""
 
 
-def _project_make_env() -> Callable[..., Any] | None:
-    try:
-        from training.envs import make_env
-    except ImportError:
-        return None
-    return make_env
-
-
 def check_task(task: str, overrides: dict[str, Any] | None = None) -> None:
     """Refuse an unknown task name or bad task overrides before anything is built."""
     if task in TOY_TASKS:
@@ -89,13 +81,8 @@ def check_task(task: str, overrides: dict[str, Any] | None = None) -> None:
         except gym.error.Error as e:
             raise ConfigError(f"task: {task!r}: {e}") from None
         return
-    try:
-        from training.envs import task_config  # written by another issue; optional here
-    except ImportError:
-        raise ConfigError(
-            f"task: {task!r} needs training.envs, which is not available here (built-in tasks: {sorted(TOY_TASKS)}, "
-            f"or '{GYM_PREFIX}<gymnasium id>')"
-        ) from None
+    from training.envs import task_config  # MuJoCo and the tasks: imported only for a task of them
+
     try:
         task_config(task, **(overrides or {}))
     except (TypeError, ValueError) as e:
@@ -113,9 +100,8 @@ def make_task_env(task: str, num_envs: int, backend: str, device: str, seed: int
         from training.gym_adapter import make_gym_env  # imports gymnasium
 
         return make_gym_env(task[len(GYM_PREFIX) :], num_envs, device=device, seed=seed, **overrides)
-    make_env = _project_make_env()
-    if make_env is None:
-        raise ConfigError(f"task: {task!r} needs training.envs, which is not available here")
+    from training.envs import make_env
+
     return make_env(task, num_envs, backend=backend, device=device, seed=seed, **overrides)
 
 
