@@ -76,14 +76,44 @@ def test_cost_in_a_known_state(robot, fast, slow):
         assert abs(info["x_velocity"]) < B.VELOCITY_THRESHOLDS[robot]  # the x velocity alone would not cost
     cost, info = _step_from(env, slow)  # from rest, no action
     assert cost == 0.0 and info["speed"] < B.VELOCITY_THRESHOLDS[robot]
-    # random steps: cost is exactly the indicator of the step's speed
-    env.reset(seed=1)
+    env.close()
+
+
+def _position(base: gym.Env, robot: str) -> np.ndarray:
+    """Where the robot is, as Safety-Gymnasium measures it: the torso's (x, y) for the planar-speed
+    robots, the root's x (``qpos[0]``) for the others."""
+    if robot in B.PLANAR_SPEED:
+        return base.data.body("torso").xpos[:2].copy()
+    return base.data.qpos[:1].copy()
+
+
+@pytest.mark.parametrize(("robot", "push"), [("Hopper", {0: 3.0}), ("Walker2d", {0: 6.0}), ("Ant", {0: 4.0, 1: 3.0})])
+def test_cost_matches_the_speed_measured_from_the_positions(robot, push):
+    """Random steps from rest and from a push: each step's cost is 1 exactly when the speed the test
+    measures itself (position after the step minus before, over the step's dt) is above the
+    threshold; the wrapper's own ``info["speed"]`` is not used."""
+    env = gym.make(B.BENCHMARK_IDS[robot])
+    base = env.unwrapped
+    threshold = B.VELOCITY_THRESHOLDS[robot]
     env.action_space.seed(1)
-    for _ in range(50):
-        _, _, term, trunc, info = env.step(env.action_space.sample())
-        assert info["cost"] == float(info["speed"] > B.VELOCITY_THRESHOLDS[robot])
-        if term or trunc:
-            env.reset()
+    costs = []
+    for start, qvel_updates in enumerate(({}, push)):
+        env.reset(seed=start)
+        qvel = base.data.qvel.copy()
+        for i, v in qvel_updates.items():
+            qvel[i] = v
+        base.set_state(base.data.qpos.copy(), qvel)
+        for _ in range(40):
+            before = _position(base, robot)
+            _, _, term, trunc, info = env.step(env.action_space.sample())
+            velocity = (_position(base, robot) - before) / base.dt
+            speed = float(np.linalg.norm(velocity)) if robot in B.PLANAR_SPEED else float(velocity[0])
+            if abs(speed - threshold) > 1e-9:  # not a rounding error's width from the threshold
+                assert info["cost"] == float(speed > threshold), (speed, info["cost"])
+                costs.append(info["cost"])
+            if term or trunc:
+                break
+    assert 0.0 in costs and 1.0 in costs  # both sides of the threshold were checked
     env.close()
 
 
