@@ -40,7 +40,7 @@ import os
 import time
 from collections.abc import Callable
 from pathlib import Path
-from typing import Any
+from typing import IO, Any
 
 import torch
 
@@ -57,6 +57,7 @@ from training.config import (
 )
 from training.distributed import DistContext, local_device, split_envs
 from training.networks import ActorCritic, ObsNormalizer, convert_legacy_cost_critics
+from training.progress import TrainingProgress
 from training.storage import RolloutStorage
 from training.toy_cmdp import TOY_TASKS, make_toy_env
 
@@ -187,6 +188,7 @@ class Runner:
         self.dist = dist or DistContext()
         self.run_dir = Path(run_dir) if run_dir is not None else None
         self.progress = progress and self.dist.is_main
+        self.progress_file: IO[str] | None = None  # where the bar goes (tqdm's default, stderr, when None)
         self.use_tensorboard = tensorboard
         self.writer = None
         if self.run_dir is not None and not resume and self.dist.is_main and any(self.run_dir.glob("model_*.pt")):
@@ -562,9 +564,9 @@ class Runner:
             self.obs = {k: v.to(self.device) for k, v in self.env.reset().items()}
         bar = None
         if self.progress:
-            from tqdm import tqdm
-
-            bar = tqdm(total=target, initial=self.iteration, desc=f"{self.cfg.algo} {self.cfg.task}", unit="it")
+            bar = TrainingProgress(
+                f"{self.cfg.algo} {self.cfg.task}", self.iteration, target, time_budget_s, file=self.progress_file
+            )
         try:
             while self.iteration < target:
                 t0 = time.perf_counter()
@@ -603,11 +605,11 @@ class Runner:
                     self.save()
                     last_save = time.perf_counter()
                 if bar is not None:
-                    bar.update(1)
-                    bar.set_postfix(
-                        reward=f"{record.get('mean_reward', float('nan')):.2f}",
-                        viol=f"{record.get('violations_per_episode', float('nan')):.2f}",
-                    )
+                    figures = {
+                        "reward": f"{record.get('mean_reward', float('nan')):.2f}",
+                        "viol": f"{record.get('violations_per_episode', float('nan')):.2f}",
+                    }
+                    bar.update(self.iteration, time.perf_counter() - started, figures)
                 if out_of_time and self.iteration < target:
                     self.stopped_by_budget = True
                     break
