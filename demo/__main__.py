@@ -96,6 +96,12 @@ def _fmt(value: float | None, digits: int) -> str:
     return "n/a (no episode finished)" if value is None else f"{value:.{digits}f}"
 
 
+def _rate(value: float | None) -> str:
+    """A violation rate per window: two decimals (a 30 s run has one and a half windows, so a count
+    of 1 reads 0.67, not 0.6666666666666665); "-" where the replay had no such signal."""
+    return "-" if value is None else f"{value:.2f}"
+
+
 def main(argv: list[str] | None = None) -> int:
     args = build_parser().parse_args(argv)
     if not args.minutes > 0:
@@ -163,8 +169,8 @@ def main(argv: list[str] | None = None) -> int:
     vel, tq = summary["velocity"], summary["torque"]
     print(
         f"sim-to-sim violations: velocity {vel['events']} events ({vel['samples_over']}/{vel['samples']} samples), "
-        f"torque {tq['events']} events; per 20 s window: velocity {vel['violations_per_window']}, "
-        f"torque {tq['violations_per_window']}; fell: {sim.fell}"
+        f"torque {tq['events']} events; per {summary['settings']['window_s']:g} s window: velocity "
+        f"{_rate(vel['violations_per_window'])}, torque {_rate(tq['violations_per_window'])}; fell: {sim.fell}"
     )
     for seg, ref in zip(sim.segments, reference.segments, strict=True):
         err = ref.mean_abs_error_settled or ref.mean_abs_error
