@@ -379,7 +379,7 @@ class TrainConfig:
 def cost_limit_from_episode_cost(episode_cost: float, episode_length: int, gamma: float) -> float:
     """Per-episode cost limit -> the internal eps every algorithm compares J_C with.
 
-    J_C (training.algorithms.base) is the discounted cost-to-go averaged over the visited states,
+    J_C (training.algorithms.rollout) is the discounted cost-to-go averaged over the visited states,
     time-outs bootstrapped, so a policy that spends ``episode_cost`` per episode of
     ``episode_length`` steps at a constant rate c = episode_cost / episode_length has
     J_C = c / (1 - gamma). Example: 25 per 1000-step episode with gamma = 0.99 gives eps = 2.5."""

@@ -9,7 +9,7 @@ Per cost group i, with the rollout's cost-advantage mean mu_i and standard devia
 
 The ReLU is applied to the minibatch mean (the violation of the constraint estimate), not per
 sample. J_Ci is estimated as the mean GAE cost return over the rollout (see
-:mod:`training.algorithms.base`).
+:mod:`training.algorithms.rollout`).
 
 kappa schedule (appendix C, "Scheduling Constraint Minimization"): a closed form in the
 iteration number i (0 for the first update), never compounded step by step::
