@@ -31,7 +31,6 @@ its checks, the observation and the action -> target mapping run there, bound to
 
 from __future__ import annotations
 
-import enum
 import inspect
 import itertools
 import math
@@ -42,6 +41,15 @@ import numpy as np
 
 from aow_policy.controller_config import ConfigError, ControllerConfig
 from aow_policy.heightmap import HeightScanError, HeightScanner
+from aow_policy.joint_command import (
+    ACTIVE_STATES,
+    ControllerState,
+    JointCommand,
+    command_ranges,
+    write_gains,
+    write_passive,
+    write_stand_up,
+)
 from aow_policy.messages import (
     BaseState,
     GridMapLayer,
@@ -74,14 +82,6 @@ __all__ = [
 ]
 
 
-class ControllerState(enum.Enum):
-    ZERO_TORQUE = "ZERO_TORQUE"
-    DAMPING = "DAMPING"
-    STAND_UP = "STAND_UP"
-    POLICY = "POLICY"
-
-
-ACTIVE_STATES = (ControllerState.STAND_UP, ControllerState.POLICY)
 INPUTS = ("joint_states", "odometry", "height_map", "command")
 
 
@@ -96,45 +96,12 @@ class Policy(Protocol):
 
 
 @dataclass
-class JointCommand:
-    """One command for every joint in contract order (targets, gains, zero feed-forward).
-
-    ``has_measurement`` is False until a valid JointState has arrived: without one there is no
-    safe target to publish (the node publishes nothing then).
-    """
-
-    joint_names: tuple[str, ...]
-    position: np.ndarray
-    velocity: np.ndarray
-    effort: np.ndarray
-    kp: np.ndarray
-    kd: np.ndarray
-    state: ControllerState = ControllerState.ZERO_TORQUE
-    stamp: float = math.nan
-    has_measurement: bool = False
-    fault: str | None = None
-
-    @classmethod
-    def zeros(cls, joint_names: tuple[str, ...]) -> JointCommand:
-        n = len(joint_names)
-        return cls(joint_names, *(np.zeros(n) for _ in range(5)))
-
-
-@dataclass
 class InputStatus:
     received: float = -math.inf  # time the last accepted message arrived
     accepted: int = 0
     refused: int = 0
     last_error: str | None = None
     valid: bool = False  # the latest message was accepted
-
-
-@dataclass
-class _Ranges:
-    position_low: np.ndarray
-    position_high: np.ndarray
-    velocity_low: np.ndarray
-    velocity_high: np.ndarray
 
 
 def _adjacent_block(vector: np.ndarray, offsets: dict[str, slice], names: tuple[str, ...]) -> np.ndarray:
@@ -192,7 +159,7 @@ class ControllerCore:
         if self._action_clip is not None:  # as arrays: a Python scalar operand is converted on every call
             self._action_clip_low = np.full(contract.num_actions, -self._action_clip)
             self._action_clip_high = np.full(contract.num_actions, self._action_clip)
-        self.ranges = self._command_ranges()
+        self.ranges = command_ranges(robot, contract, self._action_joint)
 
         # plausibility bounds of measurements
         self._meas_pos_low = robot.position_lower - cfg.joint_position_margin
@@ -317,20 +284,6 @@ class ControllerCore:
         self.command_active = False  # the last policy step used a fresh velocity command
         self.policy_steps = 0
         self.transitions: list[tuple[float, ControllerState, str]] = []
-
-    # ---- ranges --------------------------------------------------------------------------
-    def _command_ranges(self) -> _Ranges:
-        r = self.robot
-        pos_low, pos_high = r.position_lower.copy(), r.position_upper.copy()
-        vel_low, vel_high = -r.velocity_limits, r.velocity_limits.copy()
-        for a, j in zip(self.contract.actions, self._action_joint, strict=True):
-            if a.mode == "position":
-                pos_low[j], pos_high[j] = max(pos_low[j], a.low), min(pos_high[j], a.high)
-            else:
-                vel_low[j], vel_high[j] = max(vel_low[j], a.low), min(vel_high[j], a.high)
-        if np.any(pos_low > pos_high) or np.any(vel_low > vel_high):
-            raise ValueError("the policy's action ranges do not overlap the robot's joint limits")
-        return _Ranges(pos_low, pos_high, vel_low, vel_high)
 
     # ---- inputs --------------------------------------------------------------------------
     def _refuse(self, name: str, reason: str) -> bool:
@@ -553,16 +506,17 @@ class ControllerCore:
         return problem
 
     def _stand_up(self, now: float) -> None:
-        cmd = self.command
         duration = self.config.stand_up_duration
         s = 1.0 if duration <= 0 else min(max((now - self._stand_t0) / duration, 0.0), 1.0)
-        a = s * s * (3.0 - 2.0 * s)  # smoothstep: zero velocity at both ends, exactly 1 at s = 1
-        # (1 - a) q0 + a q_default: at a = 1 the first product is exactly 0, so the sum is the default
-        np.multiply(self._stand_q0, 1.0 - a, out=self._stand_tmp)
-        np.multiply(self.robot.default_positions, a, out=cmd.position)
-        np.add(cmd.position, self._stand_tmp, out=cmd.position)
-        np.copyto(cmd.position, self._measured_position, where=self._wheels)  # wheels: no position target
-        cmd.velocity.fill(0.0)
+        write_stand_up(
+            self.command,
+            s,
+            self._stand_q0,
+            self.robot.default_positions,
+            self._measured_position,
+            self._wheels,
+            self._stand_tmp,
+        )
         self._set_gains()
         self._stand_done = s >= 1.0
 
@@ -626,23 +580,15 @@ class ControllerCore:
         return None
 
     def _passive(self, damping: bool) -> None:
-        cmd = self.command
-        np.copyto(cmd.position, self._measured_position)
-        if damping:
-            cmd.velocity.fill(0.0)
-        else:
-            np.copyto(cmd.velocity, self._measured_velocity)
+        write_passive(self.command, self._measured_position, self._measured_velocity, damping)
         self._set_gains()
 
     def _set_gains(self) -> None:
-        """Gains of the current state (written on state changes only; effort stays 0)."""
+        """Gains of the current state (written on state changes only)."""
         if self._gains_state is self.state:
             return
-        cmd, state = self.command, self.state
-        active = state in ACTIVE_STATES
-        np.copyto(cmd.kp, self.robot.kp if active else 0.0)
-        np.copyto(cmd.kd, self.robot.kd if active or state is ControllerState.DAMPING else 0.0)
-        self._gains_state = state
+        write_gains(self.command, self.robot, self.state)
+        self._gains_state = self.state
 
     def _enter_damping(self, now: float, reason: str, is_fault: bool = True) -> None:
         if is_fault:
