@@ -27,6 +27,10 @@ the policy's action [low, high], velocities to the joint velocity limits and the
 :mod:`aow_policy._control` are built, the joint measurement check, the odometry conversion and
 its checks, the observation and the action -> target mapping run there, bound to those buffers
 (the same arithmetic as the NumPy path, bit for bit).
+
+This module is the state machine and the control step; the settings are
+:mod:`aow_policy.controller_config`, what each state sends :mod:`aow_policy.joint_command`, the
+binding of the C kernels :mod:`aow_policy.controller_kernels` (every name is importable from here).
 """
 
 from __future__ import annotations
@@ -40,6 +44,7 @@ from typing import Any, Protocol
 import numpy as np
 
 from aow_policy.controller_config import ConfigError, ControllerConfig
+from aow_policy.controller_kernels import bind_action_targets, bind_joint_check, bind_odometry
 from aow_policy.heightmap import HeightScanError, HeightScanner
 from aow_policy.joint_command import (
     ACTIVE_STATES,
@@ -241,37 +246,28 @@ class ControllerCore:
         self._check_joints = self._map_actions = self._read_odometry = None
         self._targets_clipped = False
         if self.native:
-            # position, linear, angular, gravity (= the inputs block), quaternion, then the scalars
-            # at native_control.ODOM_YAW, ODOM_QUATERNION_NORM, ODOM_LINEAR_SPEED, ODOM_ANGULAR_SPEED
-            self._odometry_scratch = np.full(native_control.ODOM_SIZE, np.nan)
-            k = native_control
-            self._odometry_fields = (k.ODOM_YAW, k.ODOM_QUATERNION_NORM, k.ODOM_LINEAR_SPEED, k.ODOM_ANGULAR_SPEED)
-            self._read_odometry = native_control.odometry(
-                self._odometry_scratch,
-                self._base_inputs,
-                cfg.twist_frame == "parent",
-                cfg.quaternion_norm_tolerance,
-                cfg.max_base_linear_speed,
-                cfg.max_base_angular_speed,
-            )
-            self._check_joints = native_control.plausible_copy(
-                self._reader_pos_vel, self._meas_center, self._meas_half, self._measured_pos_vel
+            odometry = bind_odometry(native_control, self._base_inputs, cfg)
+            self._read_odometry = odometry.read
+            self._odometry_scratch, self._odometry_fields = odometry.scratch, odometry.fields
+            self._check_joints = bind_joint_check(
+                native_control, self._reader_pos_vel, self._meas_center, self._meas_half, self._measured_pos_vel
             )
             clip = self._action_clip is not None
-            self._map_actions = native_control.action_targets(
-                self._policy_out,
-                self._action_clip_low if clip else None,
-                self._action_clip_high if clip else None,
-                self._action_scale,
-                self._action_offset,
-                self._action,
-                self.inputs.last_action,
-                self._measured_position,
-                self._target_sources,
-                self._target_gather,
-                self._command_targets_flat,
-                self._targets_low,
-                self._targets_high,
+            self._map_actions = bind_action_targets(
+                native_control,
+                policy_out=self._policy_out,
+                clip_low=self._action_clip_low if clip else None,
+                clip_high=self._action_clip_high if clip else None,
+                scale=self._action_scale,
+                offset=self._action_offset,
+                action=self._action,
+                last_action=self.inputs.last_action,
+                measured_position=self._measured_position,
+                target_sources=self._target_sources,
+                target_gather=self._target_gather,
+                command_targets=self._command_targets_flat,
+                targets_low=self._targets_low,
+                targets_high=self._targets_high,
             )
         self._stand_q0 = np.zeros(n)
         self._stand_tmp = np.zeros(n)
