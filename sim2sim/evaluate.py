@@ -45,9 +45,12 @@ from typing import Any
 
 from aow_policy.fileio import atomic_write_text
 from sim2sim import course_eval
-from sim2sim.course import COURSE_SEED
+from sim2sim.course import COURSE_SEED, CourseConfig
 
 STAND_UP_S = 2.0
+# The course every policy drives with --course (issue 16's); one place, so that a test can drive the
+# whole evaluation over a milder course that a scripted policy crosses.
+COURSE = CourseConfig()
 SEGMENT_S = 15.0
 
 SEQUENCES: dict[str, list[dict[str, Any]]] = {
@@ -300,6 +303,7 @@ def evaluate_course(policies: dict[str, Path], args: argparse.Namespace) -> tupl
                 blank_map=mode == "blank",
                 seed=args.seed,
                 time_limit=args.time_limit,
+                course_config=COURSE,
                 stand_up=STAND_UP_S,
                 progress=not args.no_progress,
             )

@@ -3,8 +3,10 @@
 Heights are read from the compiled model (the surface the robot touches and the map is cut from),
 so "0.15 m" holds to the height field's float32 precision, not to the generator's float64 array.
 Runs use the shipped flat N-P3O policy (no height scan: it must not notice the blanking), a
-random-weight policy with a height scan (what its controller core scans), and a constant-action
-roller (wheels at 5 rad/s: 0.5 m/s whatever it is told) for the evaluation's arithmetic.
+random-weight policy with a height scan (what its controller core scans), a constant-action
+roller (wheels at 5 rad/s: 0.5 m/s whatever it is told) for the evaluation's arithmetic, and
+command-following rollers that cross a milder course, one of them faster where its scan shows
+relief (so its blanked run is slower), for the bar end to end.
 """
 
 from __future__ import annotations
@@ -15,7 +17,9 @@ import math
 from pathlib import Path
 
 import numpy as np
+import onnx
 import pytest
+from onnx import TensorProto, helper, numpy_helper
 from rosbags.typesys import Stores, get_typestore
 from test_sim2sim import ROBOT
 from test_sim2sim_evaluate import roller_policy, shorten_sequences
@@ -23,6 +27,7 @@ from test_sim2sim_evaluate import roller_policy, shorten_sequences
 from aow_policy.controller import ControllerCore, ControllerState
 from aow_policy.heightmap import height_scan
 from aow_policy.messages import MessageFactory, grid_map_layer
+from aow_policy.policy_contract import METADATA_KEY, contract_to_json
 from aow_policy.testing import locomotion_layout, policy_contract_for, write_onnx_policy
 from sim2sim import evaluate
 from sim2sim import runner as sim_runner
@@ -339,3 +344,104 @@ def test_aow_sim2sim_drives_the_course_only_on_the_course(capsys):
     assert sim2sim_main(["--policy", str(FLAT_NP3O), "--terrain", "course", "--drive", "0.75", "--duration", "4",
                          "--blank-map", "--no-progress"]) == 0  # fmt: skip
     assert "course: time limit; progress" in capsys.readouterr().out
+
+
+# ---- the bar end to end, with policies that cross ---------------------------------------------
+
+# A milder course than issue 16's (5 % slope, 3 cm risers, +-3 cm blocks, shorter stretches): a robot
+# rolling on its wheels with its legs held crosses it; the evaluation and its bar are the same.
+MILD_COURSE = CourseConfig(
+    lead_in=2.0, slope=0.05, slope_run=1.0, plateau=1.0, flat=1.0, step_height=0.03, steps=2, landing=1.0,
+    blocks_length=2.0, blocks_band=2.0, block_height=0.03, num_blocks=6, run_out=2.0,
+)  # fmt: skip
+RELIEF_CAP = 0.25  # scan observation units (5 per metre): 5 cm of relief or more counts as much as 5 cm
+
+
+def relief_roller_policy(path: Path, relief_boost: float) -> Path:
+    """An analytic ONNX policy: legs at the default pose, wheels at the commanded forward speed
+    (wheel action 1.0 is 5 rad/s, 0.5 m/s on the 0.1 m wheels, so action = 2 vx), plus
+    ``relief_boost`` x the spread of its height scan (max - min, capped at RELIEF_CAP): on a flat map
+    the spread is 0, so with the map blanked it drives exactly as with ``relief_boost`` 0."""
+    layout = locomotion_layout(ROBOT, height_scan=True)
+    wheels = np.array([0.0 if j.kind == "leg" else 1.0 for j in ROBOT.joints], np.float32)
+    command, scan = layout.term("velocity_commands").slice, layout.term("height_scan").slice
+    weights = np.zeros((layout.dim, len(wheels)), np.float32)
+    weights[command.start] = 2.0 * wheels / layout.term("velocity_commands").scale
+    constants = {
+        "w": weights,
+        "b": np.zeros(len(wheels), np.float32),
+        "scan_start": np.array([scan.start], np.int64),
+        "scan_end": np.array([scan.stop], np.int64),
+        "axis": np.array([1], np.int64),
+        "cap": np.array([[RELIEF_CAP]], np.float32),
+        "boost": (relief_boost * wheels)[None, :],
+    }
+    nodes = [
+        helper.make_node("Gemm", ["obs", "w", "b"], ["drive"]),
+        helper.make_node("Slice", ["obs", "scan_start", "scan_end", "axis"], ["scan"]),
+        helper.make_node("ReduceMax", ["scan"], ["highest"], axes=[1], keepdims=1),
+        helper.make_node("ReduceMin", ["scan"], ["lowest"], axes=[1], keepdims=1),
+        helper.make_node("Sub", ["highest", "lowest"], ["spread"]),
+        helper.make_node("Min", ["spread", "cap"], ["relief"]),
+        helper.make_node("MatMul", ["relief", "boost"], ["extra"]),
+        helper.make_node("Add", ["drive", "extra"], ["actions"]),
+    ]
+    graph = helper.make_graph(
+        nodes,
+        "relief_roller",
+        [helper.make_tensor_value_info("obs", TensorProto.FLOAT, ["batch", layout.dim])],
+        [helper.make_tensor_value_info("actions", TensorProto.FLOAT, ["batch", len(wheels)])],
+        [numpy_helper.from_array(np.asarray(v, dtype=v.dtype), k) for k, v in constants.items()],
+    )
+    model = helper.make_model(graph, opset_imports=[helper.make_opsetid("", 17)])
+    model.ir_version = 9
+    helper.set_model_props(model, {METADATA_KEY: contract_to_json(policy_contract_for(ROBOT, layout))})
+    onnx.save(model, path)
+    return path
+
+
+def test_evaluate_course_passes_a_policy_that_crosses_and_uses_its_map(tmp_path, monkeypatch):
+    """python -m sim2sim.evaluate --course-only over the mild course at 0.5 m/s. 'relief' crosses
+    with the map, faster over the obstacles, and blanked (no relief seen) at the commanded speed:
+    the bar passes. 'blind' (the same roller, no use of its scan) crosses at speed both times, the
+    two runs identical: it fails on 'blank measurably worse' alone."""
+    monkeypatch.setattr(evaluate, "COURSE", MILD_COURSE)
+    monkeypatch.setattr(evaluate, "STAND_UP_S", 0.5)
+    relief = relief_roller_policy(tmp_path / "relief.onnx", relief_boost=4.0)
+    blind = relief_roller_policy(tmp_path / "blind.onnx", relief_boost=0.0)
+    out = tmp_path / "eval"
+    argv = ["--course-only", "--policy", f"relief={relief}", "--policy", f"blind={blind}", "--speed", "0.5",
+            "--out", str(out), "--no-progress"]  # fmt: skip
+    assert evaluate.main(argv) == 0
+    c = json.loads((out / "evaluation.json").read_text())["course"]
+    length = generate_course(MILD_COURSE).length
+    assert c["description"]["length_m"] == pytest.approx(length) and c["speed"] == 0.5
+    runs = c["policies"]
+    for name, mode in itertools.product(("relief", "blind"), ("map", "blank")):
+        r = runs[name][mode]
+        assert r["crossed"] and r["end"] == "crossed" and r["falls"] == [], (name, mode)
+        assert r["progress_m"] == pytest.approx(length, abs=0.1) and r["section_reached"] == "run_out"
+    for r in (runs["blind"]["map"], runs["blind"]["blank"], runs["relief"]["blank"]):
+        assert r["mean_speed"] == pytest.approx(0.5, abs=0.05)  # the commanded speed, nothing seen
+    assert runs["relief"]["map"]["mean_speed"] > runs["relief"]["blank"]["mean_speed"]  # sped up where it saw relief
+    assert runs["blind"]["map"]["time_s"] == runs["blind"]["blank"]["time_s"]  # blanking changed nothing
+    ratio = runs["relief"]["blank"]["mean_speed"] / runs["relief"]["map"]["mean_speed"]
+    assert c["bar"]["relief"] == {
+        "crossed": True,
+        "no_fall": True,
+        "at_speed": True,
+        "blank_worse": True,
+        "blank_worse_because": [f"mean speed {ratio:.2f} of the map run's"],
+        "passes": True,
+    }
+    assert c["bar"]["blind"] == {
+        "crossed": True,
+        "no_fall": True,
+        "at_speed": True,
+        "blank_worse": False,
+        "blank_worse_because": [],
+        "passes": False,
+    }
+    md = (out / "evaluation.md").read_text()
+    assert "| relief | True | True | True | True (mean speed" in md
+    assert "| blind | True | True | True | False | False |" in md
