@@ -1,0 +1,258 @@
+"""The runner's checkpoints and resume: what a checkpoint holds, and how a run continues from one,
+on the same machine or another (:class:`RunnerCheckpoints`, a part of :class:`training.runner.Runner`).
+
+Exact resume: a checkpoint also holds every rank's sampling-generator state, the environment's
+``state_dict()`` when it has one, and the current observations. An environment whose state is
+complete (attribute ``resume_exact``: the toy CMDP, the locomotion tasks on C MuJoCo) continues the
+very same trajectory; other environments (the MuJoCo tasks on MuJoCo Warp save their generators
+and curriculum but not the physics) restart their episodes on resume, while the model, optimizer,
+normalizers, penalty weights and sampling generators continue exactly.
+
+Resume on another machine: ``device``, ``backend``, ``num_envs`` and the checkpoint cadence
+(training.config.PLACEMENT_FIELDS) may change on resume, so a run started on a GPU continues on a
+CPU and back. The model, optimizer, normalizers, penalty state, iteration and terrain levels carry
+over exactly; what cannot (a CUDA generator's state on a CPU, the episodes of another number of
+environments) is derived afresh and written to ``segments.jsonl``.
+"""
+
+from __future__ import annotations
+
+import dataclasses
+import json
+import math
+from collections.abc import Callable
+from pathlib import Path
+from typing import Any
+
+import torch
+
+from aow_policy.fileio import atomic_write_text
+from training.checkpoint import CheckpointError, latest_checkpoint, load_checkpoint, save_checkpoint
+from training.config import PLACEMENT_FIELDS, TrainConfig
+from training.distributed import DistContext
+from training.networks import ActorCritic, convert_legacy_cost_critics
+
+
+def _plain(x: Any) -> Any:
+    if dataclasses.is_dataclass(x) and not isinstance(x, type):
+        x = dataclasses.asdict(x)
+    if isinstance(x, dict):
+        return {str(k): _plain(v) for k, v in x.items()}
+    if isinstance(x, (list, tuple)):
+        return [_plain(v) for v in x]
+    if isinstance(x, (str, int, float, bool)) or x is None:
+        return x
+    return str(x)
+
+
+def spread_terrain_levels(levels: torch.Tensor, num_envs: int) -> torch.Tensor:
+    """The saved per-environment terrain levels handed out over ``num_envs`` environments in the
+    same proportions: each level's share of the new environments is within one environment of
+    its share of the saved ones, for more, fewer or a non-multiple number of environments.
+
+    The saved environments are ranked by (level, index) and picked at evenly spaced ranks (each
+    level value occupies a contiguous run of ranks, so it gets its share of the picks); the picks
+    are then put back in the order of the saved environments, because an environment's terrain
+    type (column) follows its index, and a sorted hand-out would give each column one level.
+    """
+    saved = len(levels)
+    if saved == 0 or num_envs <= 0:
+        raise ValueError(f"cannot spread {saved} saved terrain levels over {num_envs} environments")
+    by_level = torch.sort(levels.cpu(), stable=True).indices  # ties keep the saved order
+    ranks = (2 * torch.arange(num_envs) + 1) * saved // (2 * num_envs)  # the midpoint rank of each new env's share
+    picked = torch.sort(by_level[ranks]).values
+    return levels[picked.to(levels.device)]
+
+
+class RunnerCheckpoints:
+    """Checkpoint and resume methods of :class:`training.runner.Runner`, over the runner's state
+    (the attributes below, set by ``Runner.__init__``); ``_robot_contract_hash`` is the runner's."""
+
+    cfg: TrainConfig
+    dist: DistContext
+    env: Any
+    model: ActorCritic
+    algo: Any
+    device: torch.device
+    num_envs: int
+    group_names: list[str]
+    generator: torch.Generator
+    iteration: int
+    obs: dict[str, torch.Tensor] | None
+    history: list[dict[str, float]]
+    run_dir: Path | None
+    last_checkpoint: Path | None
+    resumed_from: dict[str, Any] | None
+    resume_notes: list[str]
+    _episode_return: torch.Tensor
+    _episode_length: torch.Tensor
+    _robot_contract_hash: Callable[[], str]  # the runner's: it knows the task names
+
+    def _init_from(self, path: Path) -> None:
+        """Networks and normalizers from another run's checkpoint (same task layout). Its cost
+        critics are taken where it has them for the same groups; otherwise they start fresh."""
+        ckpt = load_checkpoint(path)
+        state = dict(ckpt["model"])
+        convert_legacy_cost_critics(state, "cost_critics.")
+        own = self.model.state_dict()
+        cost_keys = {k for k in own if k.startswith("cost_critics.")}
+        theirs_cost = {k for k in state if k.startswith("cost_critics.")}
+        same_groups = list(ckpt.get("cost_groups") or {}) == self.group_names
+        if not (cost_keys and theirs_cost == cost_keys and same_groups):
+            state = {k: v for k, v in state.items() if not k.startswith("cost_critics.")}
+            state.update({k: own[k] for k in cost_keys})
+        try:
+            self.model.load_state_dict(state, strict=True)
+        except RuntimeError as e:
+            raise CheckpointError(f"init_from {path}: its networks do not fit this task ({e})") from None
+
+    def _rank_state(self) -> dict[str, Any]:
+        env_state = self.env.state_dict() if hasattr(self.env, "state_dict") else None
+        return {
+            "generator": self.generator.get_state().cpu(),
+            "env": env_state,
+            "obs": {k: v.detach().cpu().clone() for k, v in self.obs.items()},
+            "episode_return": self._episode_return.cpu().clone(),
+            "episode_length": self._episode_length.cpu().clone(),
+        }
+
+    def checkpoint_payload(self) -> dict[str, Any]:
+        ranks = self.dist.gather_objects(self._rank_state())
+        env = self.env
+        return {
+            "iteration": self.iteration,
+            "config": self.cfg.to_dict(),
+            "obs_layout": {k: env.obs_spec[k].to_list() for k in ("policy", "critic")},
+            "action_layout": _plain(env.action_layout),
+            "num_actions": int(env.num_actions),
+            "cost_groups": {k: list(v) for k, v in env.cost_groups.items()},
+            "cost_names": list(env.cost_names),
+            "model": self.model.state_dict(),
+            "optimizer": self.algo.optimizer.state_dict(),
+            "algo_state": self.algo.state_dict(),
+            "rng": {"torch": torch.get_rng_state(), "generators": [r["generator"] for r in ranks]},
+            "robot_contract_hash": self._robot_contract_hash(),
+            "env_config": _plain(getattr(env, "cfg", None)),
+            "runner_state": {"world_size": self.dist.world_size, "ranks": ranks},
+        }
+
+    def save(self) -> Path | None:
+        payload = self.checkpoint_payload()  # collective: every rank takes part
+        if not self.dist.is_main or self.run_dir is None:
+            return None
+        path = save_checkpoint(self.run_dir / f"model_{self.iteration}.pt", payload)
+        self.last_checkpoint = path
+        return path
+
+    def _resume(self) -> None:
+        path = latest_checkpoint(self.run_dir)
+        ckpt = load_checkpoint(path)
+        stored = TrainConfig.from_dict(ckpt["config"])
+        mine = self.cfg.to_dict()
+        theirs = stored.to_dict()
+        for name in PLACEMENT_FIELDS:  # where the run executes may change; what it learns may not
+            mine.pop(name, None)
+            theirs.pop(name, None)
+        if mine != theirs:
+            diff = sorted(k for k in set(mine) | set(theirs) if mine.get(k) != theirs.get(k))
+            raise CheckpointError(
+                f"{path}: the run's config differs from this one in {diff}; resume uses the stored config"
+            )
+        if ckpt["algo_state"].get("name") != self.cfg.algo:
+            raise CheckpointError(f"{path}: checkpoint is for algorithm {ckpt['algo_state'].get('name')!r}")
+        try:
+            self.model.load_state_dict(ckpt["model"])
+        except RuntimeError as e:
+            raise CheckpointError(f"{path}: model does not fit this task ({e})") from None
+        self.algo.load_optimizer_state(ckpt["optimizer"])
+        self.algo.load_state_dict(ckpt["algo_state"])
+        torch.set_rng_state(ckpt["rng"]["torch"])
+        self.iteration = int(ckpt["iteration"])
+        runner_state = ckpt.get("runner_state") or {}
+        ranks = runner_state.get("ranks") or []
+        self.resumed_from = self._placement(stored)
+        self.resume_notes = []
+        if runner_state.get("world_size") == self.dist.world_size and len(ranks) == self.dist.world_size:
+            self._restore_rank_state(ranks[self.dist.rank], stored)
+        else:
+            self.resume_notes.append(
+                f"{runner_state.get('world_size')} process(es) wrote it, {self.dist.world_size} continue: sampling "
+                "generators start fresh"
+            )
+        self.last_checkpoint = path
+        self._trim_metrics()
+
+    def _placement(self, cfg: TrainConfig) -> dict[str, Any]:
+        return {"device": cfg.device, "backend": cfg.backend, "num_envs": cfg.num_envs}
+
+    def _restore_rank_state(self, state: dict[str, Any], stored: TrainConfig) -> None:
+        """This rank's generators, environment state and current episodes from the checkpoint.
+
+        Same device type, backend and number of environments: all of it (exact continuation).
+        Otherwise what carries over is restored and the rest is derived afresh, deterministically:
+        a CPU generator's state cannot drive a CUDA generator (different algorithms), so on a
+        change of device type both generators are reseeded from (seed, iteration, rank); with
+        another number of environments the saved observations and episodes do not fit, and the
+        terrain levels are handed out in the same proportions over the new environments.
+        """
+        same_device = torch.device(stored.device).type == self.device.type
+        same_envs = stored.num_envs == self.cfg.num_envs
+        same_backend = stored.backend == self.cfg.backend
+        if same_device:
+            self.generator.set_state(state["generator"])
+        else:
+            self.generator.manual_seed(self._reseed(0))
+            self.resume_notes.append(
+                f"device {stored.device} -> {self.cfg.device}: sampling generators reseeded from (seed, iteration)"
+            )
+        levels_spread = False
+        env_state = state.get("env")
+        full_state = getattr(self.env, "resume_exact", False)  # its state_dict holds the whole simulation
+        if full_state and not (same_device and same_envs and same_backend):
+            # A whole simulation state does not move to another device, backend or size: fresh episodes,
+            # with the part that does carry over (generator, counters, terrain levels) where the env says which.
+            portable = getattr(self.env, "portable_state", None)
+            env_state = portable(env_state) if portable is not None and env_state is not None else None
+            full_state = False
+        if env_state is not None and hasattr(self.env, "load_state_dict"):
+            env_state = dict(env_state)
+            if not same_device:
+                env_state.pop("generator", None)
+                env_state["seed"] = self._reseed(1)
+            levels = env_state.get("terrain_levels")
+            if levels is not None and len(levels) != self.num_envs:
+                env_state["terrain_levels"] = spread_terrain_levels(torch.as_tensor(levels), self.num_envs)
+                levels_spread = True
+            self.env.load_state_dict(env_state)
+            if full_state:
+                self.obs = {k: v.to(self.device) for k, v in state["obs"].items()}
+                self._episode_return = state["episode_return"].to(self.device)
+                self._episode_length = state["episode_length"].to(self.device)
+        if levels_spread:
+            what = "terrain levels spread over the new ones"
+            self.resume_notes.append(f"{stored.num_envs} -> {self.cfg.num_envs} environments: {what}")
+        if not same_backend:
+            self.resume_notes.append(f"backend {stored.backend} -> {self.cfg.backend}: episodes restart")
+        elif not same_envs and not levels_spread:
+            self.resume_notes.append(f"{stored.num_envs} -> {self.cfg.num_envs} environments: episodes restart")
+
+    def _reseed(self, stream: int) -> int:
+        return (self.cfg.seed * 1_000_003 + 7_919 * self.iteration + 104_729 * self.dist.rank + stream) % (2**63)
+
+    def _trim_metrics(self) -> None:
+        """Drop metric records past the resumed iteration (written after the last checkpoint)."""
+        if not self.dist.is_main or self.run_dir is None:
+            return
+        path = self.run_dir / "metrics.jsonl"
+        if not path.is_file():
+            return
+        kept = []
+        for line in path.read_text().splitlines():
+            try:
+                rec = json.loads(line)
+            except json.JSONDecodeError:
+                continue
+            if rec.get("iteration", math.inf) < self.iteration:
+                kept.append(line)
+        atomic_write_text(path, "".join(k + "\n" for k in kept))
+        self.history = [json.loads(k) for k in kept]
