@@ -35,7 +35,7 @@ setup(
         ("share/ament_index/resource_index/packages", ["resource/" + package_name]),
         ("share/" + package_name, ["package.xml"]),
         ("share/" + package_name + "/launch", glob("launch/*.py")),
-        ("share/" + package_name + "/config", glob("config/*.yaml")),
+        ("share/" + package_name + "/config", glob("config/*.yaml") + glob("config/*.urdf")),
     ],
     install_requires=["setuptools", "numpy", "pyyaml", "onnxruntime"],
     ext_modules=[scan_extension, control_extension],

@@ -29,7 +29,7 @@ from std_srvs.srv import Trigger
 from aow_policy.cdr import JointStateDecoder, decode_odometry
 from aow_policy.controller import ControllerConfig, ControllerCore
 from aow_policy.loop_stats import LoopStats
-from aow_policy.messages import Ros2ControlCommands, joint_command_msg, seconds_to_sec_nanosec
+from aow_policy.messages import joint_command_msg, seconds_to_sec_nanosec
 from aow_policy.node_support import (
     CONTROLLER_PARAMS,
     PolledSubscription,
@@ -43,6 +43,12 @@ from aow_policy.node_support import (
 from aow_policy.policy import PolicyRunner
 from aow_policy.realtime import enable_realtime, parse_cpus
 from aow_policy.robot import load_robot
+from aow_policy.ros2_control import (
+    Ros2ControlCommands,
+    controller_node_of,
+    query_forward_controllers,
+    resolve_controller_joints,
+)
 
 RATE_TOLERANCE = 1e-6
 
@@ -97,9 +103,7 @@ class ControllerNode(Node):
 
         command_qos = QoSProfile(depth=1, reliability=ReliabilityPolicy.RELIABLE)
         if p["output_mode"] == "ros2_control":
-            legs = split_joint_list(p["leg_controller_joints"]) or list(robot.leg_joint_names)
-            wheels = split_joint_list(p["wheel_controller_joints"]) or list(robot.wheel_joint_names)
-            self.split = Ros2ControlCommands(robot.joint_names, legs, wheels)
+            self.split = self._ros2_control_split(robot)
             self.leg_pub = self.create_publisher(Float64MultiArray, p["leg_controller_topic"], command_qos)
             self.wheel_pub = self.create_publisher(Float64MultiArray, p["wheel_controller_topic"], command_qos)
         else:
@@ -114,6 +118,24 @@ class ControllerNode(Node):
             f"policy {p['policy']} on {robot.name} at {1.0 / period:.1f} Hz, output {p['output_mode']}, "
             f"state {self.core.state.value}; call ~/start to stand up"
         )
+
+    def _ros2_control_split(self, robot: Any) -> Ros2ControlCommands:
+        """The command split in the controllers' own joint order, read from the controller_manager: an
+        array element drives whichever joint the controller lists at that index, so a wrong order
+        would send each target to another joint. Refuses to start (naming it) on any mismatch."""
+        p = self.params
+        roles = (
+            ("leg", p["leg_controller_topic"], robot.leg_joint_names, "position", p["leg_controller_joints"]),
+            ("wheel", p["wheel_controller_topic"], robot.wheel_joint_names, "velocity", p["wheel_controller_joints"]),
+        )
+        nodes = [controller_node_of(self.resolve_topic_name(topic)) for _, topic, *_ in roles]
+        found = query_forward_controllers(self.context, p["controller_manager"], nodes, p["controller_manager_timeout"])
+        legs, wheels = (
+            resolve_controller_joints(role, found[node], joints, interface, split_joint_list(given))
+            for (role, _, joints, interface, given), node in zip(roles, nodes, strict=True)
+        )
+        self.get_logger().info(f"ros2_control: {nodes[0]} joints {list(legs)}, {nodes[1]} joints {list(wheels)}")
+        return Ros2ControlCommands(robot.joint_names, legs, wheels)
 
     def now(self) -> float:
         """Node clock (ROS time; simulation time with use_sim_time) in seconds."""

@@ -121,12 +121,26 @@ CONTROLLER_PARAMS: tuple[ParamSpec, ...] = (
     ParamSpec(
         "leg_controller_joints",
         "",
-        "Comma-separated joint order of the leg controller; empty: the contract's leg joints in contract order",
+        "Comma-separated joint order of the leg controller (ros2_control mode); empty: read from the controller. "
+        "Either way the node checks it against the controller's joints parameter at start-up",
     ),
     ParamSpec(
         "wheel_controller_joints",
         "",
-        "Comma-separated joint order of the wheel controller; empty: the contract's wheel joints in contract order",
+        "Comma-separated joint order of the wheel controller (ros2_control mode); empty: read from the controller. "
+        "Either way the node checks it against the controller's joints parameter at start-up",
+    ),
+    ParamSpec(
+        "controller_manager",
+        "/controller_manager",
+        "The ros2_control controller_manager whose controllers receive the commands (ros2_control mode)",
+    ),
+    ParamSpec(
+        "controller_manager_timeout",
+        10.0,
+        "Seconds to wait at start-up for the controller_manager and both controllers (ros2_control mode)",
+        0.1,
+        300.0,
     ),
     ParamSpec("diagnostics_period", 1.0, "Seconds between /diagnostics messages", 0.05, 60.0),
     ParamSpec(
