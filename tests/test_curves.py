@@ -6,7 +6,7 @@ import json
 
 import numpy as np
 
-from training.curves import main, smooth
+from training.curves import env_steps, main, smooth
 
 
 def test_smooth_is_a_trailing_mean_that_skips_nan() -> None:
@@ -58,3 +58,15 @@ def test_curves_draw_only_the_named_constraints_and_refuse_unknown_ones(tmp_path
     assert violation_lines == ["a joint_speed", "b joint_speed"]
     assert main([f"a={run}", "--out", str(out), "--constraints", "joint_sped"]) == 2
     assert "unknown constraint(s) ['joint_sped']" in capsys.readouterr().err
+
+
+def test_environment_steps_follow_the_segments_of_a_resumed_run(tmp_path):
+    """A run resumed with another number of environments: 2 iterations at 4096 envs, then 3 at
+    2048, 24 steps each; the x axis in steps counts each stretch with its own width."""
+    (tmp_path / "config.yaml").write_text("num_envs: 2048\nnum_steps_per_env: 24\n")
+    segments = [{"iteration": 0, "num_envs": 4096}, {"iteration": 2, "num_envs": 2048}]
+    (tmp_path / "segments.jsonl").write_text("".join(json.dumps(s) + "\n" for s in segments))
+    steps = env_steps(tmp_path, np.arange(5.0))
+    assert steps.tolist() == [4096 * 24, 2 * 4096 * 24] + [2 * 4096 * 24 + k * 2048 * 24 for k in (1, 2, 3)]
+    (tmp_path / "segments.jsonl").unlink()  # no segments: the config's width throughout
+    assert env_steps(tmp_path, np.arange(2.0)).tolist() == [2048 * 24, 2 * 2048 * 24]

@@ -1,6 +1,8 @@
 """``python -m training.curves RUN_DIR [RUN_DIR ...] --out curves.png``: training curves of runs.
 
-One figure, four panels against iterations, one line per run: episode reward; the task-reward
+One figure, four panels against iterations (or, with ``--x steps``, environment steps: runs that
+changed their number of environments on resume, per ``segments.jsonl``, stay comparable), one line
+per run: episode reward; the task-reward
 terms (velocity and yaw-rate tracking, per episode); violations per episode of every constraint
 (summed; per constraint with ``--per-constraint``, limited to some with ``--constraints``);
 episode length. One colour per run; with several runs, one line style per constraint. Read from each run's
@@ -44,13 +46,39 @@ def series(records: list[dict[str, float]], key: str) -> np.ndarray:
     return np.array([r.get(key, np.nan) for r in records], dtype=float)
 
 
+def env_steps(run_dir: Path, iterations: np.ndarray) -> np.ndarray:
+    """Environment steps collected by the end of each given iteration (0-based, as in
+    metrics.jsonl): each stretch in ``segments.jsonl`` ran from its start iteration with its own
+    number of environments; without that file, the config's ``num_envs`` throughout."""
+    import yaml
+
+    config = yaml.safe_load((run_dir / "config.yaml").read_text()) if (run_dir / "config.yaml").is_file() else {}
+    per_env = int(config.get("num_steps_per_env", 24))
+    segments = []
+    seg_file = run_dir / "segments.jsonl"
+    if seg_file.is_file():
+        segments = [json.loads(line) for line in seg_file.read_text().splitlines() if line.strip()]
+    if not segments:
+        segments = [{"iteration": 0, "num_envs": int(config.get("num_envs", 4096))}]
+    starts = np.array([int(s["iteration"]) for s in segments])
+    envs = np.array([int(s["num_envs"]) for s in segments])
+    done = iterations + 1  # iterations completed after record i
+    total = np.zeros_like(done, dtype=float)
+    for k, start in enumerate(starts):
+        end = starts[k + 1] if k + 1 < len(starts) else np.inf
+        total += np.clip(np.minimum(done, end) - start, 0, None) * envs[k] * per_env
+    return total
+
+
 def plot_runs(
     runs: dict[str, list[dict[str, float]]],
     out: Path,
     window: int = 10,
     per_constraint: bool = False,
     constraints: list[str] | None = None,
+    x_values: dict[str, np.ndarray] | None = None,
 ) -> Path:
+    """``x_values``: each run's x coordinates (environment steps) in place of its iterations."""
     import matplotlib
 
     matplotlib.use("Agg")
@@ -60,7 +88,7 @@ def plot_runs(
     styles = ("-", "--", ":", "-.")
     for (key, label), ax in zip(PANELS, axes.ravel(), strict=True):
         for run_index, (name, records) in enumerate(runs.items()):
-            x = series(records, "iteration")
+            x = series(records, "iteration") if x_values is None else x_values[name] / 1e6
             color = f"C{run_index % 10}" if len(runs) > 1 else None
             if key == "tracking":
                 for term, style in (("episode/rew/lin_vel", "-"), ("episode/rew/yaw_rate", "--")):
@@ -89,7 +117,7 @@ def plot_runs(
         ax.grid(alpha=0.3)
         ax.legend(fontsize=7)
     for ax in axes[1]:
-        ax.set_xlabel("iteration")
+        ax.set_xlabel("iteration" if x_values is None else "environment steps (millions)")
     fig.suptitle(f"training curves ({window}-iteration moving average)")
     fig.tight_layout()
     try:
@@ -109,16 +137,24 @@ def main(argv: list[str] | None = None) -> int:
     p.add_argument("--window", type=int, default=10, help="moving-average window in iterations (default 10)")
     p.add_argument("--per-constraint", action="store_true", help="one violation line per constraint")
     p.add_argument(
+        "--x",
+        choices=("iterations", "steps"),
+        default="iterations",
+        help="x axis: iterations (default) or environment steps (from segments.jsonl: runs resumed with "
+        "another number of environments stay comparable)",
+    )
+    p.add_argument(
         "--constraints", help="comma-separated constraints to draw (default all), e.g. joint_speed,joint_torque"
     )
     args = p.parse_args(argv)
     constraints = [c.strip() for c in args.constraints.split(",") if c.strip()] if args.constraints else None
-    runs = {}
+    runs, dirs = {}, {}
     for item in args.runs:
         name, sep, path = str(item).partition("=")
         run_dir = Path(path) if sep else item
         try:
             runs[name if sep else run_dir.name] = read_metrics(run_dir)
+            dirs[name if sep else run_dir.name] = run_dir
         except (FileNotFoundError, json.JSONDecodeError) as e:
             print(f"training.curves: error: {e}", file=sys.stderr)
             return 2
@@ -127,7 +163,10 @@ def main(argv: list[str] | None = None) -> int:
     if unknown:
         print(f"training.curves: error: unknown constraint(s) {unknown} (known: {sorted(known)})", file=sys.stderr)
         return 2
-    print(f"wrote {plot_runs(runs, args.out, args.window, args.per_constraint, constraints)}")
+    x_values = None
+    if args.x == "steps":
+        x_values = {name: env_steps(dirs[name], series(records, "iteration")) for name, records in runs.items()}
+    print(f"wrote {plot_runs(runs, args.out, args.window, args.per_constraint, constraints, x_values)}")
     return 0
 
 
