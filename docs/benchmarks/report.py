@@ -22,7 +22,7 @@ ALGOS = ["ppo", "p3o", "np3o", "ppo_lag", "nipo", "crpo", "focops"]
 NAMES = {
     "ppo": "PPO (unconstrained)",
     "p3o": "P3O",
-    "np3o": "N-P3O (defaults)",
+    "np3o": "N-P3O, paper's kappa schedule (kappa_adapt = 0)",
     "ppo_lag": "PPO-Lagrangian",
     "nipo": "N-IPO",
     "crpo": "CRPO",
@@ -222,7 +222,7 @@ def main(root: Path, dest: Path) -> None:
                     y = [rec.get(k, np.nan) for rec in r]
                 color = {"np3o": "C2", "np3o_adapt": "C7", "ppo_lag": "C3"}[algo]
                 ax.plot(np.arange(len(y)) * STEPS_PER_ITERATION / 1e6, y, color=color, lw=0.8, alpha=0.8)
-        ax.plot([], [], color="C2", label="N-P3O (defaults)")
+        ax.plot([], [], color="C2", label="N-P3O, paper's kappa schedule")
         ax.plot([], [], color="C7", label="N-P3O, kappa_adapt = 0.05")
         ax.plot([], [], color="C3", label="PPO-Lagrangian (lambda in the kappa panel)")
         if key == "cost_return_sampled/cost":

@@ -23,24 +23,25 @@ so the defaults are kappa_max = 1 (N-P3O) or 120 (P3O), kappa_init = kappa_max /
 kappa_growth = 1.0004. The appendix's literal numbers are kappa_init = 0.1, kappa_max = 0.2;
 kappa_growth = 1 gives a constant kappa = kappa_init.
 
-``kappa_adapt`` makes kappa an exact penalty whose weight is raised until it is large enough,
-as exact penalty methods update their penalty parameter: per cost group, kappa_i = schedule_i *
+``kappa_adapt`` makes kappa an exact penalty whose weight is raised until it is large enough, as
+exact penalty methods update their penalty parameter: per cost group, kappa_i = schedule_i *
 scale_i, and after every rollout whose sampled constraint estimate cost_rate_i / (1 - gamma)
 exceeds eps_i, scale_i *= 1 + kappa_adapt_i; it is never lowered (inside the constraint the ReLU
-switches the penalty off whatever its weight; docs/benchmarks.md measures lowering it after
-satisfied rollouts), and kappa_i stays at most ``kappa_adapt_max``. Default
-(``kappa_adapt`` not set): 0.05 for every cost group with a positive limit eps_i, 0 (the paper's
-schedule) for a group with eps_i = 0, the paper's robot setting; an explicit ``kappa_adapt``,
-0 included, applies to every group. Why: P3O's penalty max(0, L^VIOL) is exact only when
-kappa exceeds the constraint's optimal Lagrange multiplier; normalizing the cost advantages
-fixes kappa's scale against the reward's (kappa = 1: equal weights) but not that multiplier. An
-active penalty's gradient is kappa times that of the normalized cost surrogate whatever the size
-of the violation (the constant part of L^VIOL,N only switches the ReLU, and its division by
-sigma_C shrinks as the violation grows), so a task whose reward pays for the cost more than
-kappa penalizes it (a velocity limit on a task that rewards speed) keeps breaking the constraint
-at any J_C (docs/benchmarks.md). The sampled cost rate, not the GAE estimate J_C, decides
-"violated": a lagging cost critic makes J_C low. With eps_i = 0 any cost violates, so an
-explicit kappa_adapt there raises kappa to its cap (which is why the default leaves it off).
+switches the penalty off whatever its weight; lowering it after satisfied rollouts let the cost
+sit above the limit for no return in docs/benchmarks.md's measurement), and kappa_i stays at
+most ``kappa_adapt_max``. Default (``kappa_adapt`` not set): 0.05 for every cost group with a
+positive limit eps_i, 0 (the paper's schedule) for a group with eps_i = 0, the paper's robot
+setting; an explicit ``kappa_adapt``, 0 included, applies to every group. Why: P3O's penalty
+max(0, L^VIOL) is exact only when kappa exceeds the constraint's optimal Lagrange multiplier;
+normalizing the cost advantages fixes kappa's scale against the reward's (kappa = 1: equal
+weights) but not that multiplier. An active penalty's gradient is kappa times that of the
+normalized cost surrogate whatever the size of the violation (the constant part of L^VIOL,N only
+switches the ReLU, and its division by sigma_C shrinks as the violation grows), so a task whose
+reward pays for the cost more than kappa penalizes it (a velocity limit on a task that rewards
+speed) keeps breaking the constraint at any J_C (docs/benchmarks.md). The sampled cost rate, not
+the GAE estimate J_C, decides "violated": a lagging cost critic makes J_C low. With eps_i = 0
+any cost violates, so an explicit kappa_adapt there raises kappa to its cap (which is why the
+default leaves it off).
 """
 
 from __future__ import annotations
