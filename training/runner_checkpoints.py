@@ -108,10 +108,14 @@ class RunnerCheckpoints:
 
     def _rank_state(self) -> dict[str, Any]:
         env_state = self.env.state_dict() if hasattr(self.env, "state_dict") else None
+        # The current observations continue a run only with the simulation they came from; an env
+        # that does not save its simulation restarts its episodes on resume (and a rough-terrain
+        # run's observations are 8 MB per 4,096 envs), so they are kept only where it does.
+        exact = getattr(self.env, "resume_exact", False)
         return {
             "generator": self.generator.get_state().cpu(),
             "env": env_state,
-            "obs": {k: v.detach().cpu().clone() for k, v in self.obs.items()},
+            "obs": {k: v.detach().cpu().clone() for k, v in self.obs.items()} if exact else {},
             "episode_return": self._episode_return.cpu().clone(),
             "episode_length": self._episode_length.cpu().clone(),
         }
@@ -208,6 +212,12 @@ class RunnerCheckpoints:
         levels_spread = False
         env_state = state.get("env")
         full_state = getattr(self.env, "resume_exact", False)  # its state_dict holds the whole simulation
+        holds_whole = getattr(self.env, "holds_whole_state", None)
+        if full_state and holds_whole is not None and not holds_whole(env_state):
+            # Written before this env saved its whole simulation (or by a backend that cannot):
+            # its observations do not belong to any simulation this env can restore.
+            full_state = False
+            self.resume_notes.append("the checkpoint holds no simulation state: episodes restart")
         if full_state and not (same_device and same_envs and same_backend):
             # A whole simulation state does not move to another device, backend or size: fresh episodes,
             # with the part that does carry over (generator, counters, terrain levels) where the env says which.

@@ -618,6 +618,12 @@ class LocomotionEnv:
         return out
 
     @staticmethod
+    def holds_whole_state(state: dict[str, Any] | None) -> bool:
+        """Whether a saved :meth:`state_dict` holds the simulation (checkpoints from before exact
+        resume, or from a backend without ``get_state``, do not)."""
+        return state is not None and "exact" in state
+
+    @staticmethod
     def portable_state(state: dict[str, Any]) -> dict[str, Any]:
         """The part of a :meth:`state_dict` that carries over to another device, backend or
         number of environments (the generator, counters and terrain levels; not the simulation)."""
