@@ -4,9 +4,8 @@ from __future__ import annotations
 
 import json
 
+import mujoco_warp  # noqa: F401  (pinned in pyproject: a broken install must fail, not skip)
 import pytest
-
-pytest.importorskip("mujoco_warp")
 
 from bench import train_memory
 

@@ -266,7 +266,6 @@ def test_help_documents_the_command_script_format(capsys):
 
 
 def test_rough_terrain_map_shows_the_terrain(exported_policy, tmp_path):
-    pytest.importorskip("training.sim.terrain", reason="the training terrain generator is not here")
     bag = tmp_path / "rough"
     result = run(exported_policy, 3.0, record=bag, terrain="rough", stand_up=1.0)
     assert result.terrain == "rough" and result.message_counts["/elevation_map"] == 30

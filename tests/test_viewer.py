@@ -87,7 +87,7 @@ def test_geom_meshes_fill_their_primitives() -> None:
 
 @pytest.mark.skipif(CHROMIUM is None, reason="no chromium here (Debian: apt-get install chromium; .ci/run installs it)")
 def test_viewer_in_headless_chromium(tmp_path: Path) -> None:
-    playwright = pytest.importorskip("playwright.sync_api")
+    from playwright import sync_api as playwright  # a dev dependency: imported, not skipped
     port = _free_port()
     log = (tmp_path / "sim.log").open("w")
     process = subprocess.Popen(
