@@ -87,6 +87,10 @@ class TrainingProgress:
         bound_s, self.bound = time_bound_s(
             self.time_budget_s, elapsed_s, iteration - self.start_iteration, self.target_iterations - iteration
         )
+        if iteration >= self.target_iterations:  # the run is over: full, whatever the rounding of a short run
+            self.bar.total = self.bar.n = max(1, round(elapsed_s))
+            self._show(float(self.bar.total), figures)
+            return
         self.bar.total = max(1, round(bound_s))
         self.bar.n = min(round(elapsed_s), self.bar.total)
         self._show(elapsed_s, figures)
