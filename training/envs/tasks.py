@@ -109,27 +109,27 @@ def omni_commands() -> CommandsConfig:
     return CommandsConfig(resampling_time=5.0, mode_shares={"forward": 0.2, "sideways": 0.2, "turn": 0.2})
 
 
+def _with_levers(task: TaskConfig, name: str, rewards: RewardsConfig) -> TaskConfig:
+    """``task`` renamed, with ``rewards``, the omnidirectional command modes and friction 0.5-1.5:
+    the changes every reference-policy task of issue 23 makes to the paper's task."""
+    task.name = name
+    task.rewards = rewards
+    task.commands = omni_commands()
+    task.domain_rand = DomainRandConfig(friction=(0.5, 1.5))
+    return task
+
+
 def aow_flat_omni() -> TaskConfig:
     """The flat reference policies' task (issue 23): ``aow_flat`` (Table I, all constraints) with
     the omnidirectional command modes, the stepping air-time term and friction up to 1.5, so that
     skidding does not pay where the deployment's ground (friction 1.0) grips."""
-    task = aow_flat()
-    task.name = "aow_flat_omni"
-    task.rewards = omni_rewards()
-    task.commands = omni_commands()
-    task.domain_rand = DomainRandConfig(friction=(0.5, 1.5))
-    return task
+    return _with_levers(aow_flat(), "aow_flat_omni", omni_rewards())
 
 
 def aow_rough_omni() -> TaskConfig:
     """The rough-terrain reference policies' task: ``aow_rough`` (height scan, curriculum) with the
     same additions as ``aow_flat_omni``."""
-    task = aow_rough()
-    task.name = "aow_rough_omni"
-    task.rewards = omni_rewards()
-    task.commands = omni_commands()
-    task.domain_rand = DomainRandConfig(friction=(0.5, 1.5))
-    return task
+    return _with_levers(aow_rough(), "aow_rough_omni", omni_rewards())
 
 
 def style_rewards() -> RewardsConfig:
@@ -144,28 +144,18 @@ def style_rewards() -> RewardsConfig:
 def aow_flat_style() -> TaskConfig:
     """``aow_flat`` (blind, all the paper's constraints as costs) with legged_gym's flat reward set,
     the stepping air-time gate, the omnidirectional command modes and friction 0.5-1.5."""
-    task = aow_flat()
-    task.name = "aow_flat_style"
-    task.rewards = style_rewards()
-    task.commands = omni_commands()
-    task.domain_rand = DomainRandConfig(friction=(0.5, 1.5))
-    return task
+    return _with_levers(aow_flat(), "aow_flat_style", style_rewards())
 
 
 def aow_rough_style() -> TaskConfig:
     """``aow_rough`` (height scan, curriculum, all the paper's constraints as costs) with the rough
     counterpart of ``aow_flat_style``: legged_gym's rough reward scales (no orientation term: slopes
     tilt the base; torques -1e-5, air time 1.0), the stepping gate, command modes, friction 0.5-1.5."""
-    task = aow_rough()
-    task.name = "aow_rough_style"
     rewards = style_rewards()
     del rewards.weights["orientation"]
     rewards.weights["torque"] = -1.0e-5
     rewards.weights["feet_air_time"] = 1.0
-    task.rewards = rewards
-    task.commands = omni_commands()
-    task.domain_rand = DomainRandConfig(friction=(0.5, 1.5))
-    return task
+    return _with_levers(aow_rough(), "aow_rough_style", rewards)
 
 
 register_task("aow_flat", aow_flat)
