@@ -96,22 +96,10 @@ def build_scene(
             raise ValueError(f"robot geom {gid} has no name; contact sensors need named geoms")
         names.append(name)
         terminal.append(int(plain.geom_bodyid[gid]) in terminal_bodies)
-        spec.add_sensor(
-            name=f"contact:{name}",
-            type=mujoco.mjtSensor.mjSENS_CONTACT,
-            objtype=mujoco.mjtObj.mjOBJ_GEOM,
-            objname=name,
-            intprm=[CONTACT_FOUND, 0, 1],
-        )
+        _add_contact_sensor(spec, f"contact:{name}", name)
     feet = [mujoco.mj_id2name(plain, mujoco.mjtObj.mjOBJ_GEOM, int(g)) for g in info0.contact_geom_ids]
     for name in feet:
-        spec.add_sensor(
-            name=f"foot:{name}",
-            type=mujoco.mjtSensor.mjSENS_CONTACT,
-            objtype=mujoco.mjtObj.mjOBJ_GEOM,
-            objname=name,
-            intprm=[CONTACT_FOUND, 0, 1],
-        )
+        _add_contact_sensor(spec, f"foot:{name}", name)
     for joint in info0.joint_names:
         spec.add_sensor(
             name=f"torque:{joint}",
@@ -137,6 +125,17 @@ def build_scene(
         foot_sensor_adr=np.array([adr(f"foot:{n}") for n in feet], dtype=np.int64),
         torque_sensor_adr=np.array([adr(f"torque:{j}") for j in info.joint_names], dtype=np.int64),
         floor_geom_id=int(mujoco.mj_name2id(model, mujoco.mjtObj.mjOBJ_GEOM, FLOOR)),
+    )
+
+
+def _add_contact_sensor(spec: mujoco.MjSpec, sensor: str, geom: str) -> None:
+    """A contact sensor on ``geom`` whose data is its number of contacts (with anything)."""
+    spec.add_sensor(
+        name=sensor,
+        type=mujoco.mjtSensor.mjSENS_CONTACT,
+        objtype=mujoco.mjtObj.mjOBJ_GEOM,
+        objname=geom,
+        intprm=[CONTACT_FOUND, 0, 1],
     )
 
 
