@@ -291,6 +291,10 @@ class DomainRandConfig:
     observation_noise: bool = True
     action_latency: bool = False  # one policy step of action delay ...
     latency_probability: float = 0.5  # ... for this share of robots (drawn at each reset)
+    # Issue 23: this share of robots (drawn at each reset) has its wheels held at zero speed
+    # whatever the policy asks (the drives' velocity loops at 0), so it can only go where its
+    # legs step it: rolling cannot stand in for stepping. Wheeled robots only; 0 = off.
+    braked_wheels_share: float = 0.0
 
     def validate(self) -> None:
         for name in ("friction", "added_base_mass", "kp_scale", "kd_scale", "motor_strength"):
@@ -299,6 +303,7 @@ class DomainRandConfig:
         _check(self.push_interval_s > 0, "domain_rand.push_interval_s", "must be positive")
         _check(self.max_push_vel_xy >= 0, "domain_rand.max_push_vel_xy", "must not be negative")
         _check(0 <= self.latency_probability <= 1, "domain_rand.latency_probability", "must be in [0, 1]")
+        _check(0 <= self.braked_wheels_share <= 1, "domain_rand.braked_wheels_share", "must be in [0, 1]")
 
 
 @dataclass

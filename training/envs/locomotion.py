@@ -123,6 +123,9 @@ class LocomotionEnv:
         self.leg_ids = self._t([i for i, leg in enumerate(is_leg) if leg], torch.long)
         self.legs = _as_slice(self.leg_ids)  # a view instead of a gather where the legs are contiguous
         self.is_leg = self._t(is_leg, torch.bool)
+        self.wheel_ids = self._t([i for i, leg in enumerate(is_leg) if not leg], torch.long)
+        if self.cfg.domain_rand.braked_wheels_share > 0 and self.wheel_ids.numel() == 0:
+            raise ValueError(f"domain_rand.braked_wheels_share: the {self.cfg.name} robot has no wheels")
         self.default_joint_pos = self._t(robot.default_positions[idx])
         offsets = [j.default_position if j.kind == "leg" else 0.0 for j in joints]
         low = [j.position_limits[0] if j.kind == "leg" else -j.velocity_limit for j in joints]
@@ -223,6 +226,7 @@ class LocomotionEnv:
         self.episode_length = torch.zeros(n, dtype=torch.long, **z)  # for time-outs
         self.steps_since_reset = torch.zeros(n, dtype=torch.long, **z)
         self.delayed = torch.zeros(n, dtype=torch.bool, **z)
+        self.wheels_braked = torch.zeros(n, dtype=torch.bool, **z)  # see DomainRandConfig.braked_wheels_share
         self.episode_rewards = torch.zeros(n, len(self.reward_names), **z)
         self.episode_costs = torch.zeros(n, len(self.cost_names), **z)
         self.episode_violations = torch.zeros(n, len(self.cost_names), **z)
@@ -452,6 +456,8 @@ class LocomotionEnv:
         dr = self.cfg.domain_rand
         if dr.action_latency:
             self.delayed[ids] = self._rand(n) < dr.latency_probability
+        if dr.braked_wheels_share > 0:  # drawn only when on: other runs keep their random streams
+            self.wheels_braked[ids] = self._rand(n) < dr.braked_wheels_share
 
     @property
     def sim_standing_height(self) -> float:
@@ -468,6 +474,9 @@ class LocomotionEnv:
         else:
             applied = actions
         targets = torch.clamp(self.action_offset + self.action_scale * applied, self.action_low, self.action_high)
+        if self.cfg.domain_rand.braked_wheels_share > 0:
+            wheels = targets[:, self.wheel_ids]
+            targets[:, self.wheel_ids] = torch.where(self.wheels_braked[:, None], torch.zeros_like(wheels), wheels)
         self.second_last_leg_targets = self.last_leg_targets
         self.last_leg_targets = self.leg_targets
         self.leg_targets = targets[:, self.legs]
@@ -591,7 +600,11 @@ class LocomotionEnv:
         "feet_air_time",
         "last_foot_contact",
         "landed_air_time",
+        "wheels_braked",
     )
+    # Buffers added after checkpoints with the whole state were first written: absent from such a
+    # checkpoint, they keep their initial value (the lever they belong to was off then).
+    _EXACT_BUFFERS_OPTIONAL = frozenset({"wheels_braked"})
 
     @property
     def resume_exact(self) -> bool:
@@ -648,6 +661,8 @@ class LocomotionEnv:
                 raise ValueError(f"the saved simulation state cannot be restored on the {self.backend_name} backend")
             self.sim.set_state(exact["sim"])
             for name in self._EXACT_BUFFERS:
+                if name not in exact and name in self._EXACT_BUFFERS_OPTIONAL:
+                    continue
                 saved = torch.as_tensor(exact[name])
                 if saved.shape != getattr(self, name).shape:
                     raise ValueError(
