@@ -74,6 +74,10 @@ class PPOConfig:
     entropy_coef: float = 0.01
     entropy_coef_final: float = 0.001
     entropy_decay: float = 0.998
+    # Left-right mirror loss (issue 23; rsl_rl's "mirror loss", Mittal et al. 2024): the squared
+    # difference between the actor's mean on a mirrored observation and its mirrored mean on the
+    # observation, this many times, added to the loss. 0: off (the paper's setting).
+    mirror_loss_coef: float = 0.0
     # On a GPU, run the networks' forward and backward passes of a minibatch step as CUDA graphs
     # (training.algorithms.graphs); no effect on a CPU.
     cuda_graphs: bool = True
@@ -102,7 +106,13 @@ class PPOConfig:
             f"{prefix}.schedule",
             f"must be 'adaptive' or 'fixed', got {self.schedule!r}",
         )
-        for name in ("value_loss_coef", "cost_value_loss_coef", "entropy_coef", "entropy_coef_final"):
+        for name in (
+            "value_loss_coef",
+            "cost_value_loss_coef",
+            "entropy_coef",
+            "entropy_coef_final",
+            "mirror_loss_coef",
+        ):
             v = getattr(self, name)
             _check(_nonneg(v), f"{prefix}.{name}", f"must be a non-negative number, got {v!r}")
         _check(

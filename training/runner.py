@@ -194,6 +194,8 @@ class Runner(RunnerCheckpoints):
             dist=self.dist,
             group_names=self.group_names[:model_groups],
         )
+        if cfg.ppo.mirror_loss_coef > 0:
+            self.algo.mirror = self._robot_mirror(env)
         self.storage = RolloutStorage(
             self.num_envs,
             cfg.num_steps_per_env,
@@ -232,6 +234,21 @@ class Runner(RunnerCheckpoints):
             return dict.fromkeys(groups, eps)
         default = float(getattr(cfg.algo_params, "cost_limit", 0.0))
         return {g: float(cfg.cost_limits.get(g, default)) for g in groups}
+
+    @staticmethod
+    def _robot_mirror(env: Any) -> Any:
+        """The left-right mirrors of the task's robot, for ``ppo.mirror_loss_coef`` (legged tasks only)."""
+        from training.envs import LocomotionEnv
+        from training.mdp.symmetry import robot_mirror
+
+        if not isinstance(env, LocomotionEnv):
+            raise ConfigError(
+                f"ppo.mirror_loss_coef: the task's environment ({type(env).__name__}) has no robot to mirror"
+            )
+        try:
+            return robot_mirror(env).to(env.device)
+        except ValueError as e:
+            raise ConfigError(f"ppo.mirror_loss_coef: {e}") from None
 
     def _robot_contract_hash(self) -> str:
         return _robot_contract_hash(self.env, self.cfg.task)

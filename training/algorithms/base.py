@@ -85,6 +85,9 @@ class ConstrainedPPO(DeviceSideAdam):
         self._value_loss_coefs = torch.tensor(
             [cfg.value_loss_coef] + [cfg.cost_value_loss_coef] * G, dtype=torch.float32, device=self.device
         )
+        # The robot's left-right mirrors (training.mdp.symmetry.RobotMirror), set by the runner
+        # when cfg.mirror_loss_coef > 0; the mirror loss needs them.
+        self.mirror: Any = None
 
     @staticmethod
     def group_names_or_default(num_groups: int, names: list[str] | None) -> list[str]:
@@ -191,7 +194,17 @@ class ConstrainedPPO(DeviceSideAdam):
         """The total loss of one minibatch and its terms (one graph: actor and all critics)."""
         cfg = self.cfg
         mb = prep.take(idx)
-        mean = self.networks.actor(mb["obs"])
+        use_mirror = cfg.mirror_loss_coef > 0
+        if use_mirror and self.mirror is None:
+            raise ValueError("ppo.mirror_loss_coef > 0 needs the robot's mirrors (algorithm.mirror is not set)")
+        if use_mirror:
+            # One actor pass over the batch and its mirror image (one CUDA graph, not two).
+            obs = mb["obs"]
+            mean, mirrored_obs_mean = self.networks.actor(torch.cat([obs, self.mirror.observations(obs)])).split(
+                obs.shape[0]
+            )
+        else:
+            mean = self.networks.actor(mb["obs"])
         log_std = self.model.actor.log_std
         std = log_std.exp()
         log_probs = losses.gaussian_log_prob(mb["actions"], mean, log_std)
@@ -233,6 +246,10 @@ class ConstrainedPPO(DeviceSideAdam):
         entropy = losses.gaussian_entropy(log_std)
         loss = policy_loss + (value_losses * self._value_loss_coefs).sum() - prep.entropy_coef * entropy
         terms = {"total": loss, "policy": policy_loss, "value": value_losses[0], "entropy": entropy}
+        if use_mirror:
+            mirror_loss = losses.mirror_loss(mirrored_obs_mean, self.mirror.actions(mean))
+            loss = loss + cfg.mirror_loss_coef * mirror_loss
+            terms["total"], terms["mirror"] = loss, mirror_loss
         if self.num_cost_groups:
             terms["cost_value"] = value_losses[1:]  # one per cost critic
         terms.update(ctx.info)
@@ -240,7 +257,7 @@ class ConstrainedPPO(DeviceSideAdam):
         return loss, terms
 
     def _term_names(self, key: str, value: torch.Tensor) -> list[str]:
-        name = f"loss/{key}" if key in ("total", "policy", "value", "entropy", "cost_value") else key
+        name = f"loss/{key}" if key in ("total", "policy", "value", "entropy", "cost_value", "mirror") else key
         if value.dim() == 0:
             return [name]
         parts = list(self.clip_groups) if key == "grad_norm" else self.group_names

@@ -41,6 +41,14 @@ def clipped_objectives(ratio: torch.Tensor, signed_advantages: torch.Tensor, cli
     return torch.minimum(r * signed_advantages, clipped * signed_advantages).mean(0)
 
 
+def mirror_loss(mean_of_mirrored_obs: torch.Tensor, mirrored_mean: torch.Tensor) -> torch.Tensor:
+    """rsl_rl's mirror loss: mean squared difference between the actor's mean on the mirrored
+    observations and the mirror of its mean on the observations (the target held fixed, so the
+    loss moves the mirrored side toward the policy's own behaviour); the mean over samples and
+    action dimensions, as ``torch.nn.functional.mse_loss``; scalar."""
+    return (mean_of_mirrored_obs - mirrored_mean.detach()).square().mean()
+
+
 def value_losses(
     values: torch.Tensor, old_values: torch.Tensor, returns: torch.Tensor, clip: float, use_clipped: bool
 ) -> torch.Tensor:

@@ -168,6 +168,7 @@ LF_LEG = Leg(
 )
 
 WHEEL = Wheel(radius=0.1, half_width=0.025, mass=1.0, lateral_offset=0.045)
+WHEEL_AXIS: Vec3 = (0.0, 1.0, 0.0)  # every wheel turns about +y: equal speeds roll the robot straight
 
 JOINT_DYNAMICS = JointDynamics(leg_armature=0.01, leg_damping=0.1, wheel_armature=0.002, wheel_damping=0.01)
 

@@ -133,7 +133,7 @@ def _add_leg(spec: mujoco.MjSpec, base: mujoco.MjsBody, prefix: str, robot: Robo
     centre = (leg.foot_offset[0], leg.foot_offset[1] + sy * w.lateral_offset, leg.foot_offset[2])
     wheel = shank.add_body(name=f"{prefix}_WHEEL", pos=list(centre))
     _set_inertial(wheel, Inertial(w.mass, (0.0, 0.0, 0.0), w.inertia))
-    _add_joint(wheel, robot.joint(f"{prefix}_{WHEEL_ROLE}"), (0.0, 1.0, 0.0), dyn.wheel_armature, dyn.wheel_damping)
+    _add_joint(wheel, robot.joint(f"{prefix}_{WHEEL_ROLE}"), anymal_c.WHEEL_AXIS, dyn.wheel_armature, dyn.wheel_damping)
     # A cylinder's axis is its local z; rotate it onto y (90° about x).
     wheel.add_geom(
         name=f"{prefix}_WHEEL",
