@@ -34,3 +34,11 @@ def test_cli_writes_json_and_refuses_bad_input(tmp_path, capsys):
         main([str(SHIPPED), "--command", "1,2"])
     assert "VX,VY,YAW_RATE" in capsys.readouterr().err
     assert _parse_command("1,0,0.5")[1:] == (1.0, 0.0, 0.5)
+
+
+def test_braked_wheels_stop_the_rolling_policy():
+    """The shipped policy only rolls: with its wheels braked (--braked-wheels) it cannot follow a
+    forward command, which it follows with free wheels (the test above)."""
+    results, info = evaluate(SHIPPED, [("fwd", 1.0, 0.0, 0.0)], robots=2, seconds=3.0, braked_wheels=True)
+    assert info["braked_wheels"] is True
+    assert results[0].mean_velocity[0] < 0.3 and results[0].error[0] > 0.7

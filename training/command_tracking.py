@@ -73,8 +73,11 @@ def evaluate(
     seconds: float = 6.0,
     friction: float = 1.0,
     seed: int = 1,
+    braked_wheels: bool = False,
 ) -> tuple[list[TrackingResult], dict[str, Any]]:
-    """Holds each command on ``robots`` robots for ``seconds``; returns the results and run info."""
+    """Holds each command on ``robots`` robots for ``seconds``; returns the results and run info.
+    The wheels roll freely (the deployment's robot) unless ``braked_wheels``: then every robot's
+    wheels are held at zero speed, as the training's braked share, to see whether it can walk."""
     from training.envs import make_env
 
     actor, config, iteration = load_actor(source)
@@ -86,6 +89,7 @@ def evaluate(
             "domain_rand.friction": (friction, friction),
             "domain_rand.added_base_mass": None,
             "domain_rand.motor_strength": None,
+            "domain_rand.braked_wheels_share": 1.0 if braked_wheels else 0.0,
             "commands.resampling_time": 1.0e6,
             "commands.heading_command": False,
             "init.random_episode_start": False,
@@ -134,7 +138,7 @@ def evaluate(
     finally:
         env.close()
     info = {"source": str(source), "task": config["task"], "algo": config.get("algo"), "iteration": iteration}
-    info.update({"robots": robots, "seconds": seconds, "friction": friction})
+    info.update({"robots": robots, "seconds": seconds, "friction": friction, "braked_wheels": braked_wheels})
     return results, info
 
 
@@ -149,7 +153,8 @@ def _parse_command(text: str) -> tuple[str, float, float, float]:
 def format_table(results: Sequence[TrackingResult], info: dict[str, Any]) -> str:
     lines = [
         f"{info['task']} {info['algo']} iteration {info['iteration']}: {info['robots']} robots, "
-        f"{info['seconds']:g} s per command, friction {info['friction']:g}",
+        f"{info['seconds']:g} s per command, friction {info['friction']:g}"
+        + (", wheels braked" if info.get("braked_wheels") else ""),
         f"{'command':<14} {'vx':>6} {'vy':>6} {'yaw':>6}   {'err vx':>6} {'err vy':>6} {'err yaw':>7} "
         f"{'fallen':>6} {'speed viol.':>11}",
     ]
@@ -180,6 +185,11 @@ def main(argv: Sequence[str] | None = None) -> int:
     p.add_argument("--seconds", type=float, default=6.0, help="hold per command; the last half is scored (default 6)")
     p.add_argument("--friction", type=float, default=1.0, help="ground friction (default 1.0)")
     p.add_argument("--seed", type=int, default=1)
+    p.add_argument(
+        "--braked-wheels",
+        action="store_true",
+        help="hold every wheel at zero speed (can the policy walk without rolling?); default: free wheels",
+    )
     p.add_argument("--json", type=Path, help="also write the results to this JSON file")
     args = p.parse_args(argv)
     if not args.source.exists():
@@ -187,7 +197,13 @@ def main(argv: Sequence[str] | None = None) -> int:
     if args.robots < 1 or args.seconds <= 0 or args.friction <= 0:
         p.error("--robots, --seconds and --friction must be positive")
     results, info = evaluate(
-        args.source, args.command or DEFAULT_COMMANDS, args.robots, args.seconds, args.friction, args.seed
+        args.source,
+        args.command or DEFAULT_COMMANDS,
+        args.robots,
+        args.seconds,
+        args.friction,
+        args.seed,
+        braked_wheels=args.braked_wheels,
     )
     print(format_table(results, info))
     if args.json:
