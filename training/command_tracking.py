@@ -6,8 +6,10 @@ sim-to-sim cannot run: its contract is the wheeled robot's). Each command of the
 for ``--seconds`` on ``--robots`` robots at once, with pushes, observation noise and command
 resampling off and the ground friction fixed (``--friction``, default 1.0, the deployment's
 nominal); the base-frame velocities are averaged over the last half of the hold. Reported per
-command: mean vx, vy, yaw rate, the settled tracking errors, robots fallen (terminated), and the
-share of leg joints' steps above the joint-speed limit.
+command: mean vx, vy, yaw rate, the settled tracking errors, robots fallen (terminated), the
+share of leg joints' steps above the joint-speed limit, and the share of (wheel or foot, step)
+off the ground: a few % for a robot that only rolls (rolling wheels' contact flickers), about
+half for a trot.
 
 This answers issue 23's question "does it walk forward, sideways and turn?" on the training
 simulator in a minute; the sim-to-sim evaluation (``python -m sim2sim.evaluate``) remains the
@@ -50,6 +52,7 @@ class TrackingResult:
     error: tuple[float, float, float]  # |command - mean velocity| per component, mean over robots
     fallen: int  # robots whose episode terminated during the hold
     joint_speed_violation_share: float  # share of (robot, step) with a leg joint over the limit
+    air_share: float = 0.0  # share of (robot, wheel or foot, step) off the ground: does it step?
 
 
 def load_actor(path: str | Path) -> tuple[torch.nn.Module, dict[str, Any], int]:
@@ -108,6 +111,7 @@ def evaluate(
             fallen = torch.zeros(robots, dtype=torch.bool)
             sums = torch.zeros(robots, 3)
             over = 0
+            airborne = 0.0
             for t in range(steps):
                 env.commands[:, :3] = torch.tensor([vx, vy, wz])
                 obs["policy"][:, env.obs_spec["policy"].term("velocity_commands").slice] = (
@@ -121,6 +125,8 @@ def evaluate(
                 if t >= settle:
                     sums += torch.stack([s.base_lin_vel[:, 0], s.base_lin_vel[:, 1], s.base_ang_vel[:, 2]], -1)
                     over += int((s.joint_vel[:, env.leg_ids].abs() > speed_limits).any(-1).sum())
+                    if s.foot_contacts is not None:
+                        airborne += float((s.foot_contacts <= 0).float().mean())
             mean = sums / (steps - settle)
             standing = ~fallen
             rows = mean[standing] if standing.any() else mean
@@ -133,6 +139,7 @@ def evaluate(
                     error=tuple(round(float(v), 3) for v in (rows - cmd).abs().mean(0)),
                     fallen=int(fallen.sum()),
                     joint_speed_violation_share=round(over / (robots * (steps - settle)), 4),
+                    air_share=round(airborne / (steps - settle), 4),
                 )
             )
     finally:
@@ -156,13 +163,13 @@ def format_table(results: Sequence[TrackingResult], info: dict[str, Any]) -> str
         f"{info['seconds']:g} s per command, friction {info['friction']:g}"
         + (", wheels braked" if info.get("braked_wheels") else ""),
         f"{'command':<14} {'vx':>6} {'vy':>6} {'yaw':>6}   {'err vx':>6} {'err vy':>6} {'err yaw':>7} "
-        f"{'fallen':>6} {'speed viol.':>11}",
+        f"{'fallen':>6} {'speed viol.':>11} {'feet up':>7}",
     ]
     for r in results:
         (vx, vy, wz), (ex, ey, ew) = r.mean_velocity, r.error
         lines.append(
             f"{r.name:<14} {vx:6.2f} {vy:6.2f} {wz:6.2f}   {ex:6.2f} {ey:6.2f} {ew:7.2f} "
-            f"{r.fallen:6d} {r.joint_speed_violation_share:11.1%}"
+            f"{r.fallen:6d} {r.joint_speed_violation_share:11.1%} {r.air_share:7.1%}"
         )
     return "\n".join(lines)
 
