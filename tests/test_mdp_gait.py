@@ -65,6 +65,7 @@ def test_air_time_gates():
     c = torch.tensor([[1.0, 0.0, 0.0], [0.0, 0.5, 0.0], [0.0, 0.0, 1.0], [0.05, 0.05, 0.05], [0.0, 0.0, 0.0]])
     assert gait.air_time_gate(c, "command").tolist() == [True, True, False, False, False]
     assert gait.air_time_gate(c, "stepping").tolist() == [False, True, True, False, False]
+    assert gait.air_time_gate(c, "moving").tolist() == [True, True, True, False, False]
     with pytest.raises(ValueError, match="air-time gate"):
         gait.air_time_gate(c, "always")
 

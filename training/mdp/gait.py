@@ -49,7 +49,7 @@ def feet_air_time(landed_air_time: torch.Tensor, target: float, gate: torch.Tens
     return per_foot.sum(-1) * gate.to(per_foot.dtype)
 
 
-AIR_TIME_GATES = ("command", "stepping")
+AIR_TIME_GATES = ("command", "stepping", "moving")
 
 
 def air_time_gate(commands: torch.Tensor, mode: str, threshold: float = 0.1) -> torch.Tensor:
@@ -58,10 +58,14 @@ def air_time_gate(commands: torch.Tensor, mode: str, threshold: float = 0.1) -> 
     ``command``: any horizontal command above ``threshold`` (legged_gym: |v_xy| > 0.1), for a
     robot that must walk to move. ``stepping``: a command that wheels cannot follow by rolling
     straight: sideways (|vy| > threshold) or turning (|yaw rate| > threshold); rolling forward or
-    backward is left to the wheels.
+    backward is left to the wheels. ``moving``: either, any command but standing still
+    (legged_gym's gate leaves turning on the spot unpaid, and the wheeled robot, which can only
+    turn on grippy ground by stepping, then never learned to turn: issue 23).
     """
     if mode == "command":
         return commands[:, :2].norm(dim=-1) > threshold
+    if mode == "moving":
+        return (commands[:, :2].norm(dim=-1) > threshold) | (commands[:, 2].abs() > threshold)
     if mode == "stepping":
         return (commands[:, 1].abs() > threshold) | (commands[:, 2].abs() > threshold)
     raise ValueError(f"air-time gate: expected one of {AIR_TIME_GATES}, got {mode!r}")
