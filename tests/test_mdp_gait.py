@@ -191,3 +191,34 @@ def test_only_positive_clips_the_total_reward():
             assert (r >= 0).all()
     finally:
         env.close()
+
+
+@pytest.mark.parametrize("yaw_sharpness", [None, 1.0])
+def test_yaw_tracking_has_its_own_sharpness(yaw_sharpness):
+    """``rewards.yaw_tracking_sharpness`` sets the yaw kernel alone (None: the shared one, 4 in
+    the style tasks): a robot standing still under a 1 rad/s turn command is paid
+    weight * dt * exp(-s (1 - yaw rate)^2)."""
+    env = make_env(
+        "aow_flat_style",
+        2,
+        seed=0,
+        domain_rand={"push_robots": False, "observation_noise": False},
+        rewards={"yaw_tracking_sharpness": yaw_sharpness},
+        init={"random_episode_start": False},  # no time-out (and its reset) on the first step
+    )
+    try:
+        env.reset()
+        env.resample_steps = 10**9
+        env.commands[:, :3] = torch.tensor([0.0, 0.0, 1.0])
+        before = env.episode_rewards.clone()
+        env.step(torch.zeros(2, env.num_actions))
+        k = env.reward_names.index("yaw_rate")
+        yaw_rate = env.sim.state().base_ang_vel[:, 2]
+        sharpness = 4.0 if yaw_sharpness is None else yaw_sharpness
+        expected = 0.5 * env.dt * torch.exp(-sharpness * (1.0 - yaw_rate) ** 2)
+        assert (env.episode_rewards[:, k] - before[:, k]).tolist() == pytest.approx(expected.tolist(), rel=1e-5)
+        assert env.cfg.rewards.yaw_sharpness == sharpness
+    finally:
+        env.close()
+    with pytest.raises(ValueError, match=r"rewards\.yaw_tracking_sharpness"):
+        RewardsConfig(yaw_tracking_sharpness=0.0).validate()

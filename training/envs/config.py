@@ -186,10 +186,19 @@ class RewardsConfig:
     constraint_weights: dict[str, float] = field(default_factory=lambda: dict(CONSTRAINT_REWARDS))
     height_target: float = 0.5  # m, h^targ of Table I
     tracking_sharpness: float = 2.0  # the 2.0 in exp(-2 ||err||^2)
+    # The yaw-rate kernel's own sharpness (None: tracking_sharpness). A flatter kernel still pays
+    # a robot that turns at half the commanded rate, where exp(-4 e^2) pays almost nothing for
+    # standing still at 1 rad/s: the gradient toward turning at all (issue 23).
+    yaw_tracking_sharpness: float | None = None
     scale_by_dt: bool = True  # multiply every term by the policy period, as legged_gym does
     air_time_target: float = 0.5  # s: feet_air_time pays (air time - this) per landing foot
     air_time_gate: str = "command"  # which commands pay feet_air_time (training.mdp.gait.AIR_TIME_GATES)
     only_positive: bool = False  # clip each step's total reward at 0 (legged_gym's only_positive_rewards)
+
+    @property
+    def yaw_sharpness(self) -> float:
+        """The yaw-rate kernel's sharpness in use."""
+        return self.tracking_sharpness if self.yaw_tracking_sharpness is None else self.yaw_tracking_sharpness
 
     def validate(self) -> None:
         known = {**TASK_REWARDS, **STYLE_REWARDS}
@@ -202,6 +211,11 @@ class RewardsConfig:
         )
         _check(self.air_time_target >= 0, "rewards.air_time_target", "must not be negative")
         _check(self.tracking_sharpness > 0, "rewards.tracking_sharpness", "must be positive")
+        _check(
+            self.yaw_tracking_sharpness is None or self.yaw_tracking_sharpness > 0,
+            "rewards.yaw_tracking_sharpness",
+            "must be positive (or null: tracking_sharpness)",
+        )
         unknown = set(self.constraint_weights) - set(CONSTRAINT_REWARDS)
         _check(
             not unknown,

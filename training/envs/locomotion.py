@@ -317,7 +317,7 @@ class LocomotionEnv:
             if name == "lin_vel":
                 v = rew.lin_vel_tracking(self.commands[:, :2], s.base_lin_vel[:, :2], cfg.tracking_sharpness)
             elif name == "yaw_rate":
-                v = rew.yaw_rate_tracking(self.commands[:, 2], s.base_ang_vel[:, 2], cfg.tracking_sharpness)
+                v = rew.yaw_rate_tracking(self.commands[:, 2], s.base_ang_vel[:, 2], cfg.yaw_sharpness)
             elif name == "base_stability":
                 v = rew.base_stability(s.base_lin_vel[:, 2], s.base_ang_vel[:, :2])
             elif name == "base_height":
