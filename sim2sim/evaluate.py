@@ -11,6 +11,10 @@ Each policy runs two 60 s command sequences (after standing up), on flat ground:
   1 m/s sideways, 1.5 rad/s turning, combinations, reversals): where joint-speed and torque
   constraints are actually challenged, so violation counts can be compared.
 
+A second table gives the full-range sequence's settled errors going backward, left and right,
+and turning left and right, side by side: a policy that walks or turns one way only shows it
+there (the reference sequence commands left and left turns only).
+
 Violations are the violation monitor's (the same definitions as the training costs and the
 offline statistics): per policy step, "some leg joint above the limit", counted per 20 s episode
 as the paper reports them. Each violation event is also sorted by its start: within 0.5 s after a
@@ -152,6 +156,30 @@ def _fmt(x: float | None, digits: int = 2) -> str:
     return "–" if x is None else f"{x:.{digits}f}"
 
 
+# Full-range segments shown side by side, each with the velocity component it commands: a policy
+# that walks or turns one way only (a one-sided gait) shows it here, not in the reference sequence.
+BOTH_WAYS = (
+    ("backward", 0, "backward 1.0 m/s vx err"),
+    ("left", 1, "left 1.0 m/s vy err"),
+    ("right", 1, "right 1.0 m/s vy err"),
+    ("turn_left", 2, "turn left 1.5 rad/s yaw err"),
+    ("turn_right", 2, "turn right 1.5 rad/s yaw err"),
+)
+
+
+def _both_ways_table(scores: list[PolicyScore]) -> list[str]:
+    rows = [s for s in scores if s.segment_errors.get("full_range")]
+    if not rows:
+        return []
+    lines = ["", "| policy | " + " | ".join(title for _, _, title in BOTH_WAYS) + " |"]
+    lines.append("| --- " * (len(BOTH_WAYS) + 1) + "|")
+    for s in rows:
+        full = s.segment_errors["full_range"]
+        cells = [_fmt(full[seg][k] if full.get(seg) else None) for seg, k, _ in BOTH_WAYS]
+        lines.append(f"| {s.name} | " + " | ".join(cells) + " |")
+    return lines
+
+
 def markdown(scores: list[PolicyScore], checks: dict[str, dict[str, Any]]) -> str:
     lines = [
         "| policy | forward 1.0 m/s vx err | sideways 0.5 m/s vy err | turning 1.0 rad/s yaw err "
@@ -172,6 +200,7 @@ def markdown(scores: list[PolicyScore], checks: dict[str, dict[str, Any]]) -> st
             f"| {_fmt(vpe['reference']['effort'])} / {_fmt(vpe['full_range']['effort'])} "
             f"| {'{} / {}'.format(*s.onsets('velocity'))} |"
         )
+    lines += _both_ways_table(scores)
     if checks:
         lines += [
             "",

@@ -51,6 +51,25 @@ def test_bar_passes_only_when_every_part_holds() -> None:
     assert not violent["violations_10x_fewer"] and not violent["passes"]
 
 
+def test_the_both_ways_table_shows_a_one_sided_gait() -> None:
+    s = score("left_only", 0.1, 0, speed_steps=0)
+    s.violations_per_episode = {q: {"velocity": 0.0, "effort": 0.0} for q in ("reference", "full_range")}
+    s.segment_errors = {
+        "reference": {},
+        "full_range": {
+            "left": [0.01, 0.05, 0.02],
+            "right": [0.02, 0.98, 0.01],  # does not go right at all
+            "turn_left": [0.0, 0.0, 0.1],
+            "turn_right": [0.0, 0.0, 1.4],
+            "backward": None,  # a segment without settled samples
+        },
+    }
+    table = evaluate.markdown([s], {})
+    header, _, row = table.strip().splitlines()[-3:]
+    assert "right 1.0 m/s vy err" in header and "turn right 1.5 rad/s yaw err" in header
+    assert row == "| left_only | – | 0.05 | 0.98 | 0.10 | 1.40 |"
+
+
 def test_a_baseline_without_violations_cannot_demonstrate_the_factor() -> None:
     checks = bar_check(score("np3o", 0.1, 0, speed_steps=0), score("ppo", 0.1, 0, speed_steps=0))
     assert checks["violations_10x_fewer"] is None and checks["joint_speed_violation_factor"] is None

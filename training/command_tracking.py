@@ -36,9 +36,12 @@ from training.networks import Actor, NetworkConfig
 # place) and the paper's experiment B (sideways 1.0 m/s).
 DEFAULT_COMMANDS: tuple[tuple[str, float, float, float], ...] = (
     ("forward 1.0", 1.0, 0.0, 0.0),
-    ("sideways 0.5", 0.0, 0.5, 0.0),
-    ("sideways 1.0", 0.0, 1.0, 0.0),
-    ("turn 1.0", 0.0, 0.0, 1.0),
+    ("left 0.5", 0.0, 0.5, 0.0),
+    ("right 0.5", 0.0, -0.5, 0.0),
+    ("left 1.0", 0.0, 1.0, 0.0),
+    ("right 1.0", 0.0, -1.0, 0.0),
+    ("turn left 1.0", 0.0, 0.0, 1.0),
+    ("turn right 1.0", 0.0, 0.0, -1.0),
     ("backward 0.5", -0.5, 0.0, 0.0),
     ("stand", 0.0, 0.0, 0.0),
 )
@@ -186,7 +189,8 @@ def main(argv: Sequence[str] | None = None) -> int:
         action="append",
         type=_parse_command,
         metavar="VX,VY,YAW_RATE",
-        help="a command to hold (repeatable; default: forward 1, sideways 0.5 and 1, turn 1, backward 0.5, stand)",
+        help="a command to hold (repeatable; default: forward 1, sideways 0.5 and 1 to each side, turn 1 each way, "
+        "backward 0.5, stand); a negative first number needs --command=-1,0,0",
     )
     p.add_argument("--robots", type=int, default=32, help="robots per command (default 32)")
     p.add_argument("--seconds", type=float, default=6.0, help="hold per command; the last half is scored (default 6)")
