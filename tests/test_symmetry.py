@@ -191,3 +191,67 @@ def test_the_mirror_loss_trains_and_is_logged(tmp_path, algo):
     runner.algo.mirror = None
     with pytest.raises(ValueError, match="mirror_loss_coef > 0 needs the robot's mirrors"):
         runner.algo.update(runner.storage, 0)
+
+
+def test_a_symmetric_actor_mirrors_its_answer():
+    """network.symmetric_actor: pi(mirror(o)) = mirror(pi(o)) for any weights and normalizer
+    statistics (a plain actor with the same weights is not: the control)."""
+    from training.networks import Actor, NetworkConfig
+
+    env = make_env("aow_rough", 1, seed=0)  # with the height scan
+    try:
+        mirrors = symmetry.robot_mirror(env)
+        layout, n = env.obs_spec["policy"], env.num_actions
+    finally:
+        env.close()
+    small = {"actor_hidden": (32, 16), "scan_encoder": (16, 8)}
+    torch.manual_seed(0)
+    actor = Actor(layout, n, NetworkConfig(**small, symmetric_actor=True))
+    m = mirrors
+    actor.set_mirror(m.observations.index, m.observations.sign, m.actions.index, m.actions.sign)
+    actor.normalizer.update(torch.randn(64, layout.dim) * 3 + 1)  # statistics not symmetric
+    plain = Actor(layout, n, NetworkConfig(**small))
+    plain.load_state_dict({k: v for k, v in actor.state_dict().items() if not k.startswith("mirror_")})
+    obs = torch.randn(8, layout.dim)
+    with torch.no_grad():
+        assert torch.allclose(actor(m.observations(obs)), m.actions(actor(obs)), atol=1e-5)
+        assert not torch.allclose(plain(m.observations(obs)), m.actions(plain(obs)), atol=1e-2)
+    with pytest.raises(ValueError, match="mirror_obs_index has shape"):
+        actor.set_mirror(torch.arange(3), m.observations.sign, m.actions.index, m.actions.sign)
+    with pytest.raises(ValueError, match="not symmetric"):
+        plain.set_mirror(m.observations.index, m.observations.sign, m.actions.index, m.actions.sign)
+
+
+def test_a_symmetric_run_saves_exports_and_reloads_its_mirror(tmp_path):
+    """The runner sets the mirror, the checkpoint carries it: the command-tracking loader and the
+    exported ONNX policy (verified against PyTorch by the export) answer mirrored observations
+    with mirrored actions."""
+    import onnxruntime as ort
+
+    from export.pipeline import export_policy
+    from training.command_tracking import load_actor
+
+    data = TrainConfig(task="aow_flat", algo="np3o", num_envs=4, num_steps_per_env=8, iterations=1).to_dict()
+    for a in ("network.actor_hidden=[16,16]", "network.critic_hidden=[16,16]", "network.cost_critic_hidden=[16]"):
+        apply_override(data, a)
+    apply_override(data, "network.symmetric_actor=true")
+    data["env_overrides"] = {"sim.num_threads": 1}
+    runner = Runner(TrainConfig.from_dict(data), tmp_path / "run", progress=False, tensorboard=False)
+    try:
+        mirrors = symmetry.robot_mirror(runner.env)
+        assert torch.equal(runner.model.actor.mirror_obs_index, mirrors.observations.index)
+        runner.learn()
+    finally:
+        runner.env.close()
+    ckpt = tmp_path / "run" / "model_1.pt"
+    actor, _, _ = load_actor(ckpt)
+    obs = torch.randn(5, runner.env.obs_spec["policy"].dim)
+    with torch.no_grad():
+        assert torch.allclose(actor(obs), runner.model.actor(obs), atol=1e-6)
+        assert torch.allclose(actor(mirrors.observations(obs)), mirrors.actions(actor(obs)), atol=1e-5)
+    result = export_policy(ckpt, tmp_path / "p.onnx", rollout_steps=10, num_random=50, log=lambda _: None)
+    session = ort.InferenceSession(str(result.onnx_path))
+    name = session.get_inputs()[0].name
+    a = session.run(None, {name: obs.numpy()})[0]
+    b = session.run(None, {name: mirrors.observations(obs).numpy()})[0]
+    assert np.allclose(b, mirrors.actions(torch.from_numpy(a)).numpy(), atol=1e-5)

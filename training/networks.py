@@ -30,6 +30,11 @@ class NetworkConfig:
     cost_critic_hidden: tuple[int, ...] = (128,)
     init_noise_std: float = 1.0
     normalize_obs: bool = True
+    # A left-right symmetric policy by construction (issue 23): the mean is the average of the
+    # network's answer and the mirror of its answer on the mirrored observation, so a gait found
+    # to one side exists to the other (training.mdp.symmetry; the mirror is set by the runner and
+    # saved with the weights).
+    symmetric_actor: bool = False
 
     def validate(self) -> None:
         for name in ("scan_encoder", "actor_hidden", "critic_hidden", "cost_critic_hidden"):
@@ -135,10 +140,42 @@ class Actor(nn.Module):
         self.trunk = ScanTrunk(layout, cfg.scan_encoder, cfg.actor_hidden)
         self.mean_head = nn.Linear(self.trunk.out_dim, num_actions)
         self.log_std = nn.Parameter(torch.full((num_actions,), float(torch.log(torch.tensor(cfg.init_noise_std)))))
+        self.symmetric = bool(cfg.symmetric_actor)
+        if self.symmetric:
+            # Identity until set_mirror (the runner sets them; checkpoints carry them).
+            self.register_buffer("mirror_obs_index", torch.arange(layout.dim))
+            self.register_buffer("mirror_obs_sign", torch.ones(layout.dim))
+            self.register_buffer("mirror_action_index", torch.arange(num_actions))
+            self.register_buffer("mirror_action_sign", torch.ones(num_actions))
+
+    def set_mirror(
+        self, obs_index: torch.Tensor, obs_sign: torch.Tensor, action_index: torch.Tensor, action_sign: torch.Tensor
+    ) -> None:
+        """The signed permutations of the observation and the action (training.mdp.symmetry.Mirror)."""
+        if not self.symmetric:
+            raise ValueError("set_mirror: this actor is not symmetric (network.symmetric_actor is false)")
+        for name, value in (
+            ("mirror_obs_index", obs_index),
+            ("mirror_obs_sign", obs_sign),
+            ("mirror_action_index", action_index),
+            ("mirror_action_sign", action_sign),
+        ):
+            buffer = getattr(self, name)
+            if tuple(value.shape) != tuple(buffer.shape):
+                raise ValueError(f"set_mirror: {name} has shape {tuple(value.shape)}, expected {tuple(buffer.shape)}")
+            buffer.copy_(value.to(buffer.dtype))
+
+    def _mean(self, obs: torch.Tensor) -> torch.Tensor:
+        return self.mean_head(self.trunk(self.normalizer(obs)))
 
     def forward(self, obs: torch.Tensor) -> torch.Tensor:
         """Deterministic action (the mean): what is exported and deployed."""
-        return self.mean_head(self.trunk(self.normalizer(obs)))
+        mean = self._mean(obs)
+        if not self.symmetric:
+            return mean
+        mirrored_obs = obs.index_select(-1, self.mirror_obs_index) * self.mirror_obs_sign
+        answer = self._mean(mirrored_obs)
+        return 0.5 * (mean + answer.index_select(-1, self.mirror_action_index) * self.mirror_action_sign)
 
     def distribution(self, obs: torch.Tensor) -> torch.distributions.Normal:
         mean = self.forward(obs)

@@ -179,6 +179,11 @@ class Runner(RunnerCheckpoints):
         self.model = ActorCritic(
             env.obs_spec["policy"], env.obs_spec["critic"], env.num_actions, model_groups, cfg.network
         ).to(self.device)
+        if cfg.network.symmetric_actor:
+            mirror = self._robot_mirror(env, "network.symmetric_actor")
+            self.model.actor.set_mirror(
+                mirror.observations.index, mirror.observations.sign, mirror.actions.index, mirror.actions.sign
+            )
         if cfg.init_from and not resume:
             self._init_from(Path(cfg.init_from))
         self.dist.broadcast_module(self.model)
@@ -195,7 +200,7 @@ class Runner(RunnerCheckpoints):
             group_names=self.group_names[:model_groups],
         )
         if cfg.ppo.mirror_loss_coef > 0:
-            self.algo.mirror = self._robot_mirror(env)
+            self.algo.mirror = self._robot_mirror(env, "ppo.mirror_loss_coef")
         self.storage = RolloutStorage(
             self.num_envs,
             cfg.num_steps_per_env,
@@ -236,8 +241,8 @@ class Runner(RunnerCheckpoints):
         return {g: float(cfg.cost_limits.get(g, default)) for g in groups}
 
     @staticmethod
-    def _robot_mirror(env: Any) -> Any:
-        """The left-right mirrors of the task's robot, for ``ppo.mirror_loss_coef`` (legged tasks only)."""
+    def _robot_mirror(env: Any, option: str) -> Any:
+        """The left-right mirrors of the task's robot, for ``option`` (legged tasks only)."""
         from training.envs import LocomotionEnv
         from training.mdp.symmetry import robot_mirror
 
@@ -248,7 +253,7 @@ class Runner(RunnerCheckpoints):
         try:
             return robot_mirror(env).to(env.device)
         except ValueError as e:
-            raise ConfigError(f"ppo.mirror_loss_coef: {e}") from None
+            raise ConfigError(f"{option}: {e}") from None
 
     def _robot_contract_hash(self) -> str:
         return _robot_contract_hash(self.env, self.cfg.task)

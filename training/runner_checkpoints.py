@@ -101,6 +101,8 @@ class RunnerCheckpoints:
         if not (cost_keys and theirs_cost == cost_keys and same_groups):
             state = {k: v for k, v in state.items() if not k.startswith("cost_critics.")}
             state.update({k: own[k] for k in cost_keys})
+        # A symmetric actor started from a plain one keeps its own mirror (the weights fit as they are).
+        state.update({k: own[k] for k in own if k.startswith("actor.mirror_") and k not in state})
         try:
             self.model.load_state_dict(state, strict=True)
         except RuntimeError as e:
