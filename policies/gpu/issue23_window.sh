@@ -23,10 +23,11 @@ runs_from=${RUNS_FROM:-$repo/policies/runs}
 flat_envs=${FLAT_ENVS:-4096}
 rough_envs=${ROUGH_ENVS:-8192}
 read -r -a placement <<< "${PLACEMENT:---device cuda --backend mujoco_warp}"  # PLACEMENT: for a dry run on a CPU
-read -r -a wanted <<< "${RUNS:-flat_style_moving_np3o flat_style_ppo rough_style_np3o rough_style_ppo}"
+read -r -a wanted <<< "${RUNS:-flat_style_symmetric_np3o aow_flat_ppo rough_style_np3o rough_style_ppo}"
 kappa=(--set algo_params.kappa_init=0.1 --set algo_params.kappa_max=0.2)
 moving="--env-override rewards.air_time_gate=moving"
 constraint_rewards="--env-override rewards.constraint_rewards=true"
+symmetric="--set network.symmetric_actor=true"
 common=(--save-minutes 2 --no-progress --no-tensorboard)
 mkdir -p "$work" "$out"
 (command -v nvidia-smi >/dev/null && nvidia-smi --query-gpu=timestamp,utilization.gpu,memory.used --format=csv -l 30 \
@@ -45,8 +46,11 @@ spec() {
     # what made the wheeled robot step and is meant to make it turn (docs/locomotion.md).
     flat_style_moving_np3o) echo "$flat_envs --task aow_flat_style --algo np3o ${kappa[*]} $moving" ;;
     flat_style_ppo) echo "$flat_envs --task aow_flat_style --algo ppo $constraint_rewards $moving" ;;
-    rough_style_np3o) echo "$rough_envs --task aow_rough_style --algo np3o ${kappa[*]} $moving" ;;
-    rough_style_ppo) echo "$rough_envs --task aow_rough_style --algo ppo $constraint_rewards $moving" ;;
+    # Since the symmetric actor (2026-11-27): the reference recipes in policies/configs.
+    flat_style_symmetric_np3o | aow_flat_np3o) echo "$flat_envs --config policies/configs/aow_flat_np3o.yaml" ;;
+    aow_flat_ppo) echo "$flat_envs --config policies/configs/aow_flat_ppo.yaml" ;;
+    rough_style_np3o) echo "$rough_envs --task aow_rough_style --algo np3o ${kappa[*]} $moving $symmetric" ;;
+    rough_style_ppo) echo "$rough_envs --task aow_rough_style --algo ppo $constraint_rewards $moving $symmetric" ;;
     *) return 1 ;;
   esac
 }
