@@ -171,14 +171,19 @@ def test_mirror_loss_value_and_gradient():
     assert torch.allclose(a.grad, torch.tensor([[0.5, 0.0], [-1.0, 0.0]]))
 
 
-@pytest.mark.parametrize("algo", ["ppo", "np3o"])
-def test_the_mirror_loss_trains_and_is_logged(tmp_path, algo):
-    data = TrainConfig(task="aow_flat", algo=algo, num_envs=4, num_steps_per_env=8, iterations=2).to_dict()
+def _tiny_runner(run_dir, algo: str, iterations: int, override: str) -> Runner:
+    """A few-second aow_flat run with small networks and one config override."""
+    data = TrainConfig(task="aow_flat", algo=algo, num_envs=4, num_steps_per_env=8, iterations=iterations).to_dict()
     for a in ("network.actor_hidden=[16,16]", "network.critic_hidden=[16,16]", "network.cost_critic_hidden=[16]"):
         apply_override(data, a)
-    apply_override(data, "ppo.mirror_loss_coef=0.5")
+    apply_override(data, override)
     data["env_overrides"] = {"sim.num_threads": 1}
-    runner = Runner(TrainConfig.from_dict(data), tmp_path / "run", progress=False, tensorboard=False)
+    return Runner(TrainConfig.from_dict(data), run_dir, progress=False, tensorboard=False)
+
+
+@pytest.mark.parametrize("algo", ["ppo", "np3o"])
+def test_the_mirror_loss_trains_and_is_logged(tmp_path, algo):
+    runner = _tiny_runner(tmp_path / "run", algo, 2, "ppo.mirror_loss_coef=0.5")
     try:
         assert runner.algo.mirror is not None
         runner.learn()
@@ -231,12 +236,7 @@ def test_a_symmetric_run_saves_exports_and_reloads_its_mirror(tmp_path):
     from export.pipeline import export_policy
     from training.command_tracking import load_actor
 
-    data = TrainConfig(task="aow_flat", algo="np3o", num_envs=4, num_steps_per_env=8, iterations=1).to_dict()
-    for a in ("network.actor_hidden=[16,16]", "network.critic_hidden=[16,16]", "network.cost_critic_hidden=[16]"):
-        apply_override(data, a)
-    apply_override(data, "network.symmetric_actor=true")
-    data["env_overrides"] = {"sim.num_threads": 1}
-    runner = Runner(TrainConfig.from_dict(data), tmp_path / "run", progress=False, tensorboard=False)
+    runner = _tiny_runner(tmp_path / "run", "np3o", 1, "network.symmetric_actor=true")
     try:
         mirrors = symmetry.robot_mirror(runner.env)
         assert torch.equal(runner.model.actor.mirror_obs_index, mirrors.observations.index)
