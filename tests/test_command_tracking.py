@@ -44,3 +44,16 @@ def test_braked_wheels_stop_the_rolling_policy():
     results, info = evaluate(SHIPPED, [("fwd", 1.0, 0.0, 0.0)], robots=2, seconds=3.0, braked_wheels=True)
     assert info["braked_wheels"] is True
     assert results[0].mean_velocity[0] < 0.3 and results[0].error[0] > 0.7
+
+
+def test_a_reversal_scores_the_second_command_and_says_what_came_first(capsys):
+    """Forward 1.0 then backward 0.5 (the shipped policy rolls both ways): the scored velocity is
+    the second command's, so it is negative; a plain hold of forward 1.0 would read +1."""
+    results, _ = evaluate(SHIPPED, [("fwd->back", (1.0, 0.0, 0.0), (-0.5, 0.0, 0.0))], robots=2, seconds=2.0)
+    (r,) = results
+    assert r.command == (-0.5, 0.0, 0.0) and r.reversed_from == (1.0, 0.0, 0.0)
+    assert r.mean_velocity[0] < -0.3 and r.error[0] < 0.2 and r.fallen == 0
+    # The CLI's --reversals runs the default pairs after any --command.
+    assert main([str(SHIPPED), "--command", "0,0,0", "--reversals", "--robots", "1", "--seconds", "0.2"]) == 0
+    out = capsys.readouterr().out
+    assert "(0, 0, 0)" in out and "left->right 1.0" in out and "turn r->l 1.5" in out

@@ -120,11 +120,38 @@ def test_environment_commands_follow_the_modes_and_ranges():
         env.close()
 
 
+def test_reversal_negates_the_flagged_rows_within_the_ranges():
+    new = torch.tensor([[0.3, 0.0, 0.0], [0.3, 0.0, 0.0], [0.3, 0.0, 0.0]])
+    current = torch.tensor([[0.0, 1.0, 0.0], [2.0, -0.5, 1.5], [0.5, 0.5, -1.0]])
+    low, high = torch.tensor([-1.0, -1.0, -1.5]), torch.tensor([2.0, 1.0, 1.5])
+    out = cmd.reverse_where(new, current, torch.tensor([True, True, False]), low, high)
+    # row 0: left 1.0 -> right 1.0; row 1: 2 m/s forward reverses to the 1 m/s backward limit; row 2 kept
+    assert torch.equal(out, torch.tensor([[0.0, -1.0, 0.0], [-1.0, 0.5, -1.5], [0.3, 0.0, 0.0]]))
+
+
+def test_timed_resamples_reverse_the_stated_share_and_resets_never():
+    env = make_env("aow_flat", 2, seed=5, commands={"reversal_share": 0.3, "standing_fraction": 0.0})
+    try:
+        n = 40_000
+        running = torch.tensor([0.0, 0.8, 0.0, 0.0]).repeat(n, 1)  # left 0.8 m/s everywhere
+        env.commands = running.clone()
+        env._resample_commands(torch.arange(n), timed=True)
+        reversed_ = (env.commands[:, :3] == torch.tensor([0.0, -0.8, 0.0])).all(-1)
+        assert float(reversed_.float().mean()) == pytest.approx(0.3, abs=0.01)
+        env.commands = running.clone()
+        env._resample_commands(torch.arange(n))  # a reset's draw
+        assert not (env.commands[:, :3] == torch.tensor([0.0, -0.8, 0.0])).all(-1).any()
+    finally:
+        env.close()
+
+
 def test_config_refuses_bad_modes_ranges_and_gates():
     with pytest.raises(ValueError, match=r"commands\.mode_shares"):
         CommandsConfig(mode_shares={"backflip": 0.1}).validate()
     with pytest.raises(ValueError, match=r"add up to 1\.2"):
         CommandsConfig(mode_shares={"forward": 0.6, "turn": 0.6}).validate()
+    with pytest.raises(ValueError, match=r"commands\.reversal_share"):
+        CommandsConfig(reversal_share=1.5).validate()
     with pytest.raises(ValueError, match=r"commands\.ranges\.lin_vel_x"):
         CommandsConfig(ranges={"lin_vel_x": (1.0, -1.0)}).validate()
     with pytest.raises(ValueError, match=r"commands\.ranges"):

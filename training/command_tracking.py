@@ -11,6 +11,12 @@ share of leg joints' steps above the joint-speed limit, and the share of (wheel 
 off the ground: a few % for a robot that only rolls (rolling wheels' contact flickers), about
 half for a trot.
 
+``--reversals`` holds instead pairs of opposite commands, each for ``--seconds``, switched at
+once (a joystick flicked from one side to the other: sim2sim's full-range sequence does this, and
+a policy that tracks each command alone can still fall at the switch); each robot switches at
+another moment of its gait (spread over 1 s), falls count over both halves, the errors are the
+second command's.
+
 This answers issue 23's question "does it walk forward, sideways and turn?" on the training
 simulator in a minute; the sim-to-sim evaluation (``python -m sim2sim.evaluate``) remains the
 bar for the wheeled policies.
@@ -47,15 +53,41 @@ DEFAULT_COMMANDS: tuple[tuple[str, float, float, float], ...] = (
 )
 
 
+# (name, first command, second command), each (vx, vy, yaw rate): the sudden reversals of
+# sim2sim's full-range sequence, and the same the other way round.
+DEFAULT_REVERSALS: tuple[tuple[str, tuple[float, float, float], tuple[float, float, float]], ...] = (
+    ("left->right 1.0", (0.0, 1.0, 0.0), (0.0, -1.0, 0.0)),
+    ("right->left 1.0", (0.0, -1.0, 0.0), (0.0, 1.0, 0.0)),
+    ("fwd 2.0->back 1.0", (2.0, 0.0, 0.0), (-1.0, 0.0, 0.0)),
+    ("back 1.0->fwd 1.0", (-1.0, 0.0, 0.0), (1.0, 0.0, 0.0)),
+    ("turn l->r 1.5", (0.0, 0.0, 1.5), (0.0, 0.0, -1.5)),
+    ("turn r->l 1.5", (0.0, 0.0, -1.5), (0.0, 0.0, 1.5)),
+)
+
+SWITCH_SPREAD_S = 1.0  # a reversal's switch moments spread over about a gait cycle and more
+Velocity = tuple[float, float, float]
+# A test: (name, vx, vy, yaw rate) held alone, or (name, first, second) switched halfway.
+Test = tuple[str, float, float, float] | tuple[str, Velocity, Velocity]
+
+
+def _phases(test: Test) -> tuple[str, list[Velocity]]:
+    if len(test) == 3:
+        name, first, second = test
+        return str(name), [tuple(map(float, first)), tuple(map(float, second))]  # type: ignore[arg-type]
+    name, vx, vy, wz = test  # type: ignore[misc]
+    return str(name), [(float(vx), float(vy), float(wz))]
+
+
 @dataclass
 class TrackingResult:
     name: str
-    command: tuple[float, float, float]
+    command: tuple[float, float, float]  # the command scored (a reversal's second)
     mean_velocity: tuple[float, float, float]  # vx, vy, yaw rate, over the settled window
     error: tuple[float, float, float]  # |command - mean velocity| per component, mean over robots
     fallen: int  # robots whose episode terminated during the hold
     joint_speed_violation_share: float  # share of (robot, step) with a leg joint over the limit
     air_share: float = 0.0  # share of (robot, wheel or foot, step) off the ground: does it step?
+    reversed_from: tuple[float, float, float] | None = None  # a reversal's first command
 
 
 def load_actor(path: str | Path) -> tuple[torch.nn.Module, dict[str, Any], int]:
@@ -74,16 +106,17 @@ def load_actor(path: str | Path) -> tuple[torch.nn.Module, dict[str, Any], int]:
 
 def evaluate(
     source: str | Path,
-    commands: Sequence[tuple[str, float, float, float]] = DEFAULT_COMMANDS,
+    commands: Sequence[Test] = DEFAULT_COMMANDS,
     robots: int = 32,
     seconds: float = 6.0,
     friction: float = 1.0,
     seed: int = 1,
     braked_wheels: bool = False,
 ) -> tuple[list[TrackingResult], dict[str, Any]]:
-    """Holds each command on ``robots`` robots for ``seconds``; returns the results and run info.
-    The wheels roll freely (the deployment's robot) unless ``braked_wheels``: then every robot's
-    wheels are held at zero speed, as the training's braked share, to see whether it can walk."""
+    """Holds each command on ``robots`` robots for ``seconds`` (a reversal's two commands for
+    ``seconds`` each); returns the results and run info. The wheels roll freely (the deployment's
+    robot) unless ``braked_wheels``: then every robot's wheels are held at zero speed, as the
+    training's braked share, to see whether it can walk."""
     from training.envs import make_env
 
     actor, config, iteration = load_actor(source)
@@ -109,23 +142,34 @@ def evaluate(
     results = []
     try:
         speed_limits = env.speed_limits[env.leg_ids]
-        for name, vx, vy, wz in commands:
+        for test in commands:
+            name, phases = _phases(test)
+            vx, vy, wz = phases[-1]
             obs = env.reset()
             fallen = torch.zeros(robots, dtype=torch.bool)
             sums = torch.zeros(robots, 3)
             over = 0
             airborne = 0.0
-            for t in range(steps):
-                env.commands[:, :3] = torch.tensor([vx, vy, wz])
+            # A reversal switches robot i SWITCH_SPREAD_S * i / robots later than robot 0: the
+            # switch meets each robot at another moment of its gait (one moment can be lucky).
+            spread = round(SWITCH_SPREAD_S / env.dt) if len(phases) > 1 else 0
+            switch = steps + (torch.arange(robots) * spread) // robots
+            total = steps * len(phases) + spread
+            start = total - steps  # the scored command's window is this one's last half
+            first, last = torch.tensor(phases[0]), torch.tensor(phases[-1])
+            for t in range(total):
+                command = torch.where((t < switch)[:, None], first, last)
+                env.commands[:, :3] = command
                 obs["policy"][:, env.obs_spec["policy"].term("velocity_commands").slice] = (
-                    torch.tensor([vx, vy, wz]) * env.cfg.observations.scales["velocity_commands"]
+                    command * env.cfg.observations.scales["velocity_commands"]
                 )
                 with torch.no_grad():
                     actions = actor(obs["policy"])
                 obs, _, _, dones, infos = env.step(actions)
+                # A fallen robot is reset by the environment and stands up again: count it once.
                 fallen |= dones & ~infos["time_outs"]
                 s = env.sim.state()
-                if t >= settle:
+                if t >= start + settle:
                     sums += torch.stack([s.base_lin_vel[:, 0], s.base_lin_vel[:, 1], s.base_ang_vel[:, 2]], -1)
                     over += int((s.joint_vel[:, env.leg_ids].abs() > speed_limits).any(-1).sum())
                     if s.foot_contacts is not None:
@@ -143,6 +187,7 @@ def evaluate(
                     fallen=int(fallen.sum()),
                     joint_speed_violation_share=round(over / (robots * (steps - settle)), 4),
                     air_share=round(airborne / (steps - settle), 4),
+                    reversed_from=phases[0] if len(phases) > 1 else None,
                 )
             )
     finally:
@@ -161,17 +206,18 @@ def _parse_command(text: str) -> tuple[str, float, float, float]:
 
 
 def format_table(results: Sequence[TrackingResult], info: dict[str, Any]) -> str:
+    width = max([14] + [len(r.name) for r in results])
     lines = [
         f"{info['task']} {info['algo']} iteration {info['iteration']}: {info['robots']} robots, "
         f"{info['seconds']:g} s per command, friction {info['friction']:g}"
         + (", wheels braked" if info.get("braked_wheels") else ""),
-        f"{'command':<14} {'vx':>6} {'vy':>6} {'yaw':>6}   {'err vx':>6} {'err vy':>6} {'err yaw':>7} "
+        f"{'command':<{width}} {'vx':>6} {'vy':>6} {'yaw':>6}   {'err vx':>6} {'err vy':>6} {'err yaw':>7} "
         f"{'fallen':>6} {'speed viol.':>11} {'feet up':>7}",
     ]
     for r in results:
         (vx, vy, wz), (ex, ey, ew) = r.mean_velocity, r.error
         lines.append(
-            f"{r.name:<14} {vx:6.2f} {vy:6.2f} {wz:6.2f}   {ex:6.2f} {ey:6.2f} {ew:7.2f} "
+            f"{r.name:<{width}} {vx:6.2f} {vy:6.2f} {wz:6.2f}   {ex:6.2f} {ey:6.2f} {ew:7.2f} "
             f"{r.fallen:6d} {r.joint_speed_violation_share:11.1%} {r.air_share:7.1%}"
         )
     return "\n".join(lines)
@@ -192,6 +238,12 @@ def main(argv: Sequence[str] | None = None) -> int:
         help="a command to hold (repeatable; default: forward 1, sideways 0.5 and 1 to each side, turn 1 each way, "
         "backward 0.5, stand); a negative first number needs --command=-1,0,0",
     )
+    p.add_argument(
+        "--reversals",
+        action="store_true",
+        help="hold pairs of opposite commands switched at once (left 1 -> right 1, forward 2 -> back 1, turn 1.5 "
+        "each way; each --seconds), falls over both: after any --command",
+    )
     p.add_argument("--robots", type=int, default=32, help="robots per command (default 32)")
     p.add_argument("--seconds", type=float, default=6.0, help="hold per command; the last half is scored (default 6)")
     p.add_argument("--friction", type=float, default=1.0, help="ground friction (default 1.0)")
@@ -207,9 +259,12 @@ def main(argv: Sequence[str] | None = None) -> int:
         p.error(f"{args.source}: no such checkpoint or run directory")
     if args.robots < 1 or args.seconds <= 0 or args.friction <= 0:
         p.error("--robots, --seconds and --friction must be positive")
+    tests: list[Test] = list(args.command or ([] if args.reversals else DEFAULT_COMMANDS))
+    if args.reversals:
+        tests += DEFAULT_REVERSALS
     results, info = evaluate(
         args.source,
-        args.command or DEFAULT_COMMANDS,
+        tests,
         args.robots,
         args.seconds,
         args.friction,

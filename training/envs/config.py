@@ -116,7 +116,8 @@ class CommandsConfig:
     - otherwise (the rest of the shares) all three components uniform in the box, the default.
 
     Then ``standing_fraction`` of all commands become zero, and horizontal commands shorter than
-    ``small_command_threshold`` lose their linear part.
+    ``small_command_threshold`` lose their linear part. Last, ``reversal_share`` of the commands
+    drawn on the timer (not at a reset) are instead the running command reversed.
     """
 
     resampling_time: float = 10.0  # s between new commands
@@ -128,10 +129,17 @@ class CommandsConfig:
     mode_shares: dict[str, float] = field(default_factory=dict)
     # Training ranges {"lin_vel_x": (low, high), ...} in place of the contract's (None: contract's).
     ranges: dict[str, tuple[float, float]] | None = None
+    # Share of timed resamples whose new command is the running one reversed (-vx, -vy, -yaw rate,
+    # clipped to the ranges): a joystick flicked from one side to the other. Uniform draws almost
+    # never pair a fast command with its opposite, and a policy that never met one can fall there
+    # (issue 23: the left 1.0 -> right 1.0 m/s step of sim2sim's full-range sequence).
+    reversal_share: float = 0.0
 
     def validate(self) -> None:
         _check(self.resampling_time > 0, "commands.resampling_time", "must be positive")
         _check(0 <= self.standing_fraction <= 1, "commands.standing_fraction", "must be in [0, 1]")
+        share = self.reversal_share
+        _check(0 <= share <= 1, "commands.reversal_share", f"must be in [0, 1], got {share}")
         _check(self.small_command_threshold >= 0, "commands.small_command_threshold", "must not be negative")
         unknown = sorted(set(self.mode_shares) - set(COMMAND_MODES))
         _check(not unknown, "commands.mode_shares", f"unknown mode(s) {unknown} (known: {list(COMMAND_MODES)})")

@@ -252,7 +252,9 @@ class LocomotionEnv:
     def _uniform(self, low: float, high: float, *shape: int) -> torch.Tensor:
         return low + (high - low) * self._rand(*shape)
 
-    def _resample_commands(self, ids: torch.Tensor) -> None:
+    def _resample_commands(self, ids: torch.Tensor, timed: bool = False) -> None:
+        """New commands for ``ids``; ``timed``: drawn on the resampling timer (a reversal may
+        replace them), not at a reset (where the running command belongs to the last episode)."""
         if ids.numel() == 0:
             return
         new = cmd.sample_uniform(ids.numel(), self.command_low, self.command_high, self.generator)
@@ -262,6 +264,11 @@ class LocomotionEnv:
         standing = self._rand(ids.numel()) < c.standing_fraction
         new[:, :3] = cmd.zero_standing(new[:, :3], standing)
         new[:, :3] = cmd.zero_small_linear(new[:, :3], c.small_command_threshold)
+        if timed and c.reversal_share > 0:  # drawn only when on: other runs keep their random streams
+            reverse = self._rand(ids.numel()) < c.reversal_share
+            new[:, :3] = cmd.reverse_where(
+                new[:, :3], self.commands[ids, :3], reverse, self.command_low[:3], self.command_high[:3]
+            )
         self.commands[ids] = new
 
     def _update_heading_commands(self, yaw: torch.Tensor) -> None:
@@ -494,7 +501,7 @@ class LocomotionEnv:
 
         # Commands on their timer (and heading control).
         resample = (self.steps_since_reset % self.resample_steps == 0).nonzero().squeeze(-1)
-        self._resample_commands(resample)
+        self._resample_commands(resample, timed=True)
         if self.cfg.commands.heading_command:
             self._update_heading_commands(yaw_from_quat(s.base_quat))
 

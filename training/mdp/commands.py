@@ -48,6 +48,15 @@ def zero_small_linear(commands: torch.Tensor, threshold: float) -> torch.Tensor:
     return out
 
 
+def reverse_where(
+    new: torch.Tensor, current: torch.Tensor, reverse: torch.Tensor, low: torch.Tensor, high: torch.Tensor
+) -> torch.Tensor:
+    """``new`` [n, k] with the rows flagged in ``reverse`` [n] replaced by ``-current``, clipped
+    to [low, high] per component (a range need not be symmetric: 2 m/s forward, 1 m/s back)."""
+    reversed_ = torch.maximum(torch.minimum(-current, high), low)
+    return torch.where(reverse[:, None], reversed_, new)
+
+
 def heading_to_yaw_rate(
     target_heading: torch.Tensor, yaw: torch.Tensor, gain: float, low: float, high: float
 ) -> torch.Tensor:
