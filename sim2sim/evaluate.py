@@ -11,6 +11,11 @@ Each policy runs two 60 s command sequences (after standing up), on flat ground:
   1 m/s sideways, 1.5 rad/s turning, combinations, reversals): where joint-speed and torque
   constraints are actually challenged, so violation counts can be compared.
 
+A fall at a sudden command change can hang on the moment of the gait the change meets: with
+``--full-range-repeats K`` the full-range sequence runs K more times, the first segment
+lengthened by k x 0.17 s in run k (every later switch then meets the robot elsewhere in its
+gait), and the table says in how many of the 1 + K runs the robot fell.
+
 A second table gives the full-range sequence's settled errors going backward, left and right,
 and turning left and right, side by side: a policy that walks or turns one way only shows it
 there (the reference sequence commands left and left turns only).
@@ -77,6 +82,9 @@ SEQUENCES: dict[str, list[dict[str, Any]]] = {
     ],
 }
 
+# s added to the full-range sequence's first segment per repeat: no simple fraction of a gait
+# cycle (about 0.5-0.8 s), so the repeats' switches land at other moments of the gait.
+REPEAT_SHIFT_S = 0.17
 FORWARD_ERROR_BAR = 0.2  # m/s, settled mean |vx error| at 1.0 m/s forward
 VIOLATION_FACTOR_BAR = 10.0
 
@@ -94,6 +102,13 @@ class PolicyScore:
     # sequence -> quantity -> violation events after_command_step / elsewhere / before_policy
     violation_onsets: dict[str, dict[str, dict[str, int]]] = field(default_factory=dict)
     episode_steps: float = 1000.0  # policy steps per episode (the monitor's 20 s at 50 Hz)
+    # Falls in each repeat of the full-range sequence (--full-range-repeats), shifted k x REPEAT_SHIFT_S.
+    full_range_repeat_falls: list[int] = field(default_factory=list)
+
+    def full_range_runs_fallen(self) -> tuple[int, int]:
+        """(full-range runs with a fall, full-range runs), the first run and every repeat."""
+        falls = [self.falls.get("full_range", 0), *self.full_range_repeat_falls]
+        return sum(f > 0 for f in falls), len(falls)
 
     def total_per_episode(self, quantity: str) -> float:
         """Violating policy steps per episode over all sequences together."""
@@ -108,7 +123,14 @@ class PolicyScore:
         return sum(c.get("after_command_step", 0) for c in counts), sum(sum(c.values()) for c in counts)
 
 
-def evaluate_policy(name: str, path: Path, progress: bool = False) -> PolicyScore:
+def shifted_full_range(k: int) -> list[dict[str, Any]]:
+    """The full-range sequence with its first segment k x REPEAT_SHIFT_S longer."""
+    segments = [dict(s) for s in SEQUENCES["full_range"]]
+    segments[0]["duration"] += k * REPEAT_SHIFT_S
+    return segments
+
+
+def evaluate_policy(name: str, path: Path, progress: bool = False, full_range_repeats: int = 0) -> PolicyScore:
     from sim2sim.runner import run
 
     score = PolicyScore(name, str(path), None, {}, {}, {}, {}, {})
@@ -128,6 +150,11 @@ def evaluate_policy(name: str, path: Path, progress: bool = False) -> PolicyScor
         score.episode_steps = float(v["episode_s"]) / float(v["policy_dt"])
         if sequence == "reference" and errors.get("forward"):
             score.forward_error = float(errors["forward"][0])
+    for k in range(1, full_range_repeats + 1):
+        segments = shifted_full_range(k)
+        duration = STAND_UP_S + sum(s["duration"] for s in segments)
+        result = run(path, duration, segments, stand_up=STAND_UP_S, progress=progress)
+        score.full_range_repeat_falls.append(len(result.falls))
     return score
 
 
@@ -201,6 +228,14 @@ def markdown(scores: list[PolicyScore], checks: dict[str, dict[str, Any]]) -> st
             f"| {'{} / {}'.format(*s.onsets('velocity'))} |"
         )
     lines += _both_ways_table(scores)
+    repeated = [s for s in scores if s.full_range_repeat_falls]
+    if repeated:
+        lines += ["", "| policy | full-range runs with a fall (switches shifted 0.17 s per run) | falls per run |"]
+        lines.append("| --- | --- | --- |")
+        for s in repeated:
+            fallen, runs = s.full_range_runs_fallen()
+            per_run = ", ".join(str(f) for f in [s.falls.get("full_range", 0), *s.full_range_repeat_falls])
+            lines.append(f"| {s.name} | {fallen} of {runs} | {per_run} |")
     if checks:
         lines += [
             "",
@@ -230,6 +265,14 @@ def build_parser() -> argparse.ArgumentParser:
     p.add_argument("--baseline", help="NAME of the policy the others' violations are compared with")
     p.add_argument("--out", type=Path, required=True, help="directory for evaluation.md and evaluation.json")
     p.add_argument("--no-progress", action="store_true", help="no progress bars")
+    p.add_argument(
+        "--full-range-repeats",
+        type=int,
+        default=0,
+        metavar="K",
+        help="run the full-range sequence K more times, its first segment 0.17 s longer each time, and report in "
+        "how many runs the robot fell (default 0)",
+    )
     g = p.add_argument_group("terrain course (issue 16)")
     g.add_argument("--course", action="store_true", help="also drive the terrain course, with the map and blanked")
     g.add_argument("--course-only", action="store_true", help="the terrain course only (no flat sequences)")
@@ -256,6 +299,10 @@ def build_parser() -> argparse.ArgumentParser:
 
 def main(argv: list[str] | None = None) -> int:
     args = build_parser().parse_args(argv)
+    if args.full_range_repeats < 0:
+        message = f"--full-range-repeats must be >= 0, got {args.full_range_repeats}"
+        print(f"sim2sim.evaluate: error: {message}", file=sys.stderr)
+        return 2
     policies: dict[str, Path] = {}
     for item in args.policy:
         name, sep, path = item.partition("=")
@@ -268,6 +315,12 @@ def main(argv: list[str] | None = None) -> int:
         policies[name] = Path(path)
     if args.baseline is not None and args.baseline not in policies:
         print(f"sim2sim.evaluate: error: --baseline {args.baseline!r} is not one of {list(policies)}", file=sys.stderr)
+        return 2
+    if args.full_range_repeats < 0:
+        print(
+            f"sim2sim.evaluate: error: --full-range-repeats must be >= 0, got {args.full_range_repeats}",
+            file=sys.stderr,
+        )
         return 2
     course = args.course or args.course_only
     if args.course_only and args.baseline is not None:
@@ -289,7 +342,9 @@ def main(argv: list[str] | None = None) -> int:
         scores = []
         for name, path in policies.items():
             print(f"evaluating {name} ({path})", flush=True)
-            scores.append(evaluate_policy(name, path, progress=not args.no_progress))
+            scores.append(
+                evaluate_policy(name, path, progress=not args.no_progress, full_range_repeats=args.full_range_repeats)
+            )
         by_name = {s.name: s for s in scores}
         baseline = by_name.get(args.baseline) if args.baseline else None
         checks = {s.name: bar_check(s, baseline) for s in scores if s.name != args.baseline}

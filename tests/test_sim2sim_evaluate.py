@@ -70,6 +70,21 @@ def test_the_both_ways_table_shows_a_one_sided_gait() -> None:
     assert row == "| left_only | – | 0.05 | 0.98 | 0.10 | 1.40 |"
 
 
+def test_full_range_repeats_shift_the_first_segment_and_count_runs_with_a_fall() -> None:
+    shifted = evaluate.shifted_full_range(2)
+    original = evaluate.SEQUENCES["full_range"]
+    assert shifted[0]["duration"] == pytest.approx(original[0]["duration"] + 2 * 0.17)
+    assert shifted[1:] == original[1:] and original[0]["duration"] == 8.0  # the sequence itself untouched
+    s = score("a", 0.1, 0, speed_steps=0)
+    s.violations_per_episode = {q: {"velocity": 0.0, "effort": 0.0} for q in ("reference", "full_range")}
+    s.falls["full_range"] = 1
+    s.full_range_repeat_falls = [0, 2]
+    assert s.full_range_runs_fallen() == (2, 3)
+    assert "| a | 2 of 3 | 1, 0, 2 |" in evaluate.markdown([s], {})
+    s.full_range_repeat_falls = []
+    assert "runs with a fall" not in evaluate.markdown([s], {})  # no repeats asked: no table
+
+
 def test_a_baseline_without_violations_cannot_demonstrate_the_factor() -> None:
     checks = bar_check(score("np3o", 0.1, 0, speed_steps=0), score("ppo", 0.1, 0, speed_steps=0))
     assert checks["violations_10x_fewer"] is None and checks["joint_speed_violation_factor"] is None
@@ -102,17 +117,23 @@ def test_evaluation_of_a_rolling_policy(tmp_path, monkeypatch) -> None:
     still = constant_policy(tmp_path / "still.onnx", np.zeros(len(ROBOT.joints)))
     out = tmp_path / "eval"
     assert evaluate.main(["--policy", f"roll={roller}", "--policy", f"still={still}", "--baseline", "still",
-                          "--out", str(out), "--no-progress"]) == 0  # fmt: skip
+                          "--out", str(out), "--no-progress", "--full-range-repeats", "1"]) == 0  # fmt: skip
     data = json.loads((out / "evaluation.json").read_text())
     roll = next(p for p in data["policies"] if p["name"] == "roll")
     expected = abs(1.0 - 5.0 * WHEEL.radius)
     assert roll["forward_error"] == pytest.approx(expected, abs=0.05)
-    assert roll["falls"] == {"reference": 0, "full_range": 0}
+    assert roll["falls"] == {"reference": 0, "full_range": 0} and roll["full_range_repeat_falls"] == [0]
     assert data["bar"]["roll"]["forward_error_below_0.2"] is (expected < 0.2)
-    assert "| roll |" in (out / "evaluation.md").read_text()
+    assert "| roll |" in (out / "evaluation.md").read_text() and "| roll | 0 of 2 | 0, 0 |" in data_md(out)
+
+
+def data_md(out: Path) -> str:
+    return (out / "evaluation.md").read_text()
 
 
 def test_bad_arguments_are_refused(tmp_path, capsys) -> None:
+    assert evaluate.main(["--policy", "a=x", "--out", str(tmp_path), "--full-range-repeats", "-1"]) == 2
+    assert "--full-range-repeats" in capsys.readouterr().err
     assert evaluate.main(["--policy", "nonsense", "--out", str(tmp_path)]) == 2
     assert "NAME=PATH" in capsys.readouterr().err
     assert evaluate.main(["--policy", f"a={tmp_path / 'missing.onnx'}", "--out", str(tmp_path)]) == 2
