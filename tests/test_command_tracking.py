@@ -7,7 +7,7 @@ from pathlib import Path
 
 import pytest
 
-from training.command_tracking import _parse_command, evaluate, main
+from training.command_tracking import _parse_command, _parse_sequence, evaluate, main
 
 SHIPPED = Path(__file__).resolve().parents[1] / "policies" / "aow_flat_np3o" / "model_212.pt"
 
@@ -53,7 +53,23 @@ def test_a_reversal_scores_the_second_command_and_says_what_came_first(capsys):
     (r,) = results
     assert r.command == (-0.5, 0.0, 0.0) and r.reversed_from == (1.0, 0.0, 0.0)
     assert r.mean_velocity[0] < -0.3 and r.error[0] < 0.2 and r.fallen == 0
+    # It rolls: its legs move slowly, far from the controller's 15 rad/s plausibility bound.
+    assert 0.0 < r.peak_joint_speed < 10.0 and r.tripped == 0
     # The CLI's --reversals runs the default pairs after any --command.
     assert main([str(SHIPPED), "--command", "0,0,0", "--reversals", "--robots", "1", "--seconds", "0.2"]) == 0
     out = capsys.readouterr().out
     assert "(0, 0, 0)" in out and "left->right 1.0" in out and "turn r->l 1.5" in out
+
+
+def test_a_sequence_holds_each_command_in_turn(capsys):
+    name, *phases = _parse_sequence("1,0,0 -1,0,0 0,0,0")
+    assert name == "(1, 0, 0) -> (-1, 0, 0) -> (0, 0, 0)" and phases == [
+        (1.0, 0.0, 0.0),
+        (-1.0, 0.0, 0.0),
+        (0.0, 0.0, 0.0),
+    ]
+    with pytest.raises(SystemExit):
+        main([str(SHIPPED), "--sequence", "1,0,0"])
+    assert "two or more" in capsys.readouterr().err
+    (r,) = evaluate(SHIPPED, [("f-b-f", (1.0, 0.0, 0.0), (-0.5, 0.0, 0.0), (0.5, 0.0, 0.0))], robots=2, seconds=1.5)[0]
+    assert r.command == (0.5, 0.0, 0.0) and r.reversed_from == (-0.5, 0.0, 0.0) and r.mean_velocity[0] > 0.2

@@ -215,3 +215,35 @@ def test_curriculum_in_env_after_long_walk_and_fall():
         assert "terrain_level" in infos["episode"]
     finally:
         env.close()
+
+
+def test_the_joint_speed_trip_ends_the_episode_where_a_joint_passes_its_bound():
+    """A 0.5 rad step of a knee's target moves it fast: with the trip at 0.2 x the actuator
+    limit (1.5 rad/s for a 7.5 rad/s knee) the episode ends as a failure, not a time-out; without
+    the trip, or at the controller's 2 x, the same motion runs on."""
+    ended = {}
+    for trip in (None, 2.0, 0.2):
+        env = make_env(
+            "aow_flat",
+            1,
+            seed=2,
+            domain_rand={"push_robots": False, "observation_noise": False},
+            terminations={**NO_FAIL, "joint_speed_trip": trip},
+            init={"random_episode_start": False, "base_vel_range": 0.0, "joint_pos_scale": (1.0, 1.0)},
+        )
+        try:
+            env.reset()
+            kick = torch.zeros(1, env.num_actions)
+            kick[0, env.joint_names.index("LF_KFE")] = 1.0  # +0.5 rad of target
+            done_at = None
+            for step in range(1, 11):
+                _, _, _, dones, infos = env.step(kick)
+                if dones.any():
+                    assert not infos["time_outs"].any()
+                    done_at = step
+                    break
+            ended[trip] = done_at
+        finally:
+            env.close()
+    assert ended[None] is None and ended[2.0] is None
+    assert ended[0.2] is not None and ended[0.2] <= 3

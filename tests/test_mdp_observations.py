@@ -101,6 +101,9 @@ def test_terminations():
     b = torch.tensor([[0.0], [0.0], [float("inf")]])
     assert terminations.nonfinite(a, b).tolist() == [True, False, True]
     assert terminations.time_out(torch.tensor([999, 1000]), 1000).tolist() == [False, True]
+    # Bounds 15 (a knee at 2 x 7.5) and 60 rad/s (a wheel): only a joint past its own bound trips.
+    speeds = torch.tensor([[14.9, 59.0], [-15.1, 0.0], [0.0, 61.0], [15.0, -60.0]])
+    assert terminations.joint_speed_trip(speeds, torch.tensor([15.0, 60.0])).tolist() == [False, True, True, False]
 
 
 def test_orientation_bound_from_gravity_equals_euler_bound():

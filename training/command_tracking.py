@@ -7,15 +7,17 @@ for ``--seconds`` on ``--robots`` robots at once, with pushes, observation noise
 resampling off and the ground friction fixed (``--friction``, default 1.0, the deployment's
 nominal); the base-frame velocities are averaged over the last half of the hold. Reported per
 command: mean vx, vy, yaw rate, the settled tracking errors, robots fallen (terminated), the
-share of leg joints' steps above the joint-speed limit, and the share of (wheel or foot, step)
-off the ground: a few % for a robot that only rolls (rolling wheels' contact flickers), about
-half for a trot.
+share of leg joints' steps above the joint-speed limit, the share of (wheel or foot, step)
+off the ground (a few % for a robot that only rolls: rolling wheels' contact flickers; about
+half for a trot), the fastest leg joint (rad/s), and robots "tripped": a leg joint past the
+deployment controller's plausibility bound (2 x the actuator limit), where the node on the
+robot stops the policy and damps (sim2sim shows it as a fall).
 
 ``--reversals`` holds instead pairs of opposite commands, each for ``--seconds``, switched at
 once (a joystick flicked from one side to the other: sim2sim's full-range sequence does this, and
-a policy that tracks each command alone can still fall at the switch); each robot switches at
-another moment of its gait (spread over 1 s), falls count over both halves, the errors are the
-second command's.
+a policy that tracks each command alone can still fall at the switch); ``--sequence`` holds any
+commands in turn, each for ``--seconds``. Each robot switches at another moment of its gait
+(spread over 1 s); falls count over the whole test, the errors are the last command's.
 
 This answers issue 23's question "does it walk forward, sideways and turn?" on the training
 simulator in a minute; the sim-to-sim evaluation (``python -m sim2sim.evaluate``) remains the
@@ -34,6 +36,7 @@ from typing import Any
 
 import torch
 
+from aow_policy.controller_config import ControllerConfig
 from aow_policy.layout import ObservationLayout
 from training.checkpoint import latest_checkpoint, load_checkpoint
 from training.networks import Actor, NetworkConfig
@@ -64,18 +67,18 @@ DEFAULT_REVERSALS: tuple[tuple[str, tuple[float, float, float], tuple[float, flo
     ("turn r->l 1.5", (0.0, 0.0, -1.5), (0.0, 0.0, 1.5)),
 )
 
-SWITCH_SPREAD_S = 1.0  # a reversal's switch moments spread over about a gait cycle and more
+SWITCH_SPREAD_S = 1.0  # a switch's moments spread over about a gait cycle and more
 Velocity = tuple[float, float, float]
-# A test: (name, vx, vy, yaw rate) held alone, or (name, first, second) switched halfway.
-Test = tuple[str, float, float, float] | tuple[str, Velocity, Velocity]
+# A test: (name, vx, vy, yaw rate) held alone, or (name, first, second, ...): commands held in turn.
+Test = tuple[str, float, float, float] | tuple[Any, ...]
 
 
 def _phases(test: Test) -> tuple[str, list[Velocity]]:
-    if len(test) == 3:
-        name, first, second = test
-        return str(name), [tuple(map(float, first)), tuple(map(float, second))]  # type: ignore[arg-type]
-    name, vx, vy, wz = test  # type: ignore[misc]
-    return str(name), [(float(vx), float(vy), float(wz))]
+    name, *rest = test
+    if all(isinstance(v, int | float) for v in rest):
+        vx, vy, wz = rest
+        return str(name), [(float(vx), float(vy), float(wz))]
+    return str(name), [(float(vx), float(vy), float(wz)) for vx, vy, wz in rest]
 
 
 @dataclass
@@ -87,7 +90,12 @@ class TrackingResult:
     fallen: int  # robots whose episode terminated during the hold
     joint_speed_violation_share: float  # share of (robot, step) with a leg joint over the limit
     air_share: float = 0.0  # share of (robot, wheel or foot, step) off the ground: does it step?
-    reversed_from: tuple[float, float, float] | None = None  # a reversal's first command
+    peak_joint_speed: float = 0.0  # rad/s, fastest leg joint of any robot at any policy step of the test
+    # Robots with a leg joint past the deployment controller's plausibility bound (its
+    # joint_velocity_factor x the actuator limit) at some policy step: on the robot the node
+    # would have stopped the policy there (DAMPING), whatever happened in simulation.
+    tripped: int = 0
+    reversed_from: tuple[float, float, float] | None = None  # the command before the scored one
 
 
 def load_actor(path: str | Path) -> tuple[torch.nn.Module, dict[str, Any], int]:
@@ -142,6 +150,9 @@ def evaluate(
     results = []
     try:
         speed_limits = env.speed_limits[env.leg_ids]
+        actuator_limits = {j.name: j.velocity_limit for j in env.robot.joints}
+        leg_names = [env.joint_names[int(i)] for i in env.leg_ids]
+        trip_speed = ControllerConfig().joint_velocity_factor * torch.tensor([actuator_limits[n] for n in leg_names])
         for test in commands:
             name, phases = _phases(test)
             vx, vy, wz = phases[-1]
@@ -150,15 +161,18 @@ def evaluate(
             sums = torch.zeros(robots, 3)
             over = 0
             airborne = 0.0
-            # A reversal switches robot i SWITCH_SPREAD_S * i / robots later than robot 0: the
-            # switch meets each robot at another moment of its gait (one moment can be lucky).
+            peak = 0.0
+            tripped = torch.zeros(robots, dtype=torch.bool)
+            # Robot i switches SWITCH_SPREAD_S * i / robots later than robot 0: each switch meets
+            # each robot at another moment of its gait (one moment can be lucky).
             spread = round(SWITCH_SPREAD_S / env.dt) if len(phases) > 1 else 0
-            switch = steps + (torch.arange(robots) * spread) // robots
+            offset = (torch.arange(robots) * spread) // robots
             total = steps * len(phases) + spread
             start = total - steps  # the scored command's window is this one's last half
-            first, last = torch.tensor(phases[0]), torch.tensor(phases[-1])
+            table = torch.tensor(phases)
             for t in range(total):
-                command = torch.where((t < switch)[:, None], first, last)
+                phase = ((t - offset).clamp(min=0) // steps).clamp(max=len(phases) - 1)
+                command = table[phase]
                 env.commands[:, :3] = command
                 obs["policy"][:, env.obs_spec["policy"].term("velocity_commands").slice] = (
                     command * env.cfg.observations.scales["velocity_commands"]
@@ -169,9 +183,12 @@ def evaluate(
                 # A fallen robot is reset by the environment and stands up again: count it once.
                 fallen |= dones & ~infos["time_outs"]
                 s = env.sim.state()
+                leg_speed = s.joint_vel[:, env.leg_ids].abs()
+                peak = max(peak, float(leg_speed.max()))
+                tripped |= (leg_speed > trip_speed).any(-1)
                 if t >= start + settle:
                     sums += torch.stack([s.base_lin_vel[:, 0], s.base_lin_vel[:, 1], s.base_ang_vel[:, 2]], -1)
-                    over += int((s.joint_vel[:, env.leg_ids].abs() > speed_limits).any(-1).sum())
+                    over += int((leg_speed > speed_limits).any(-1).sum())
                     if s.foot_contacts is not None:
                         airborne += float((s.foot_contacts <= 0).float().mean())
             mean = sums / (steps - settle)
@@ -187,7 +204,9 @@ def evaluate(
                     fallen=int(fallen.sum()),
                     joint_speed_violation_share=round(over / (robots * (steps - settle)), 4),
                     air_share=round(airborne / (steps - settle), 4),
-                    reversed_from=phases[0] if len(phases) > 1 else None,
+                    reversed_from=phases[-2] if len(phases) > 1 else None,
+                    peak_joint_speed=round(peak, 2),
+                    tripped=int(tripped.sum()),
                 )
             )
     finally:
@@ -205,6 +224,13 @@ def _parse_command(text: str) -> tuple[str, float, float, float]:
     return (f"({vx:g}, {vy:g}, {wz:g})", vx, vy, wz)
 
 
+def _parse_sequence(text: str) -> tuple[Any, ...]:
+    commands = [_parse_command(part) for part in text.split()]
+    if len(commands) < 2:
+        raise argparse.ArgumentTypeError(f"expected two or more VX,VY,YAW_RATE separated by spaces, got {text!r}")
+    return (" -> ".join(c[0] for c in commands), *(c[1:] for c in commands))
+
+
 def format_table(results: Sequence[TrackingResult], info: dict[str, Any]) -> str:
     width = max([14] + [len(r.name) for r in results])
     lines = [
@@ -212,13 +238,14 @@ def format_table(results: Sequence[TrackingResult], info: dict[str, Any]) -> str
         f"{info['seconds']:g} s per command, friction {info['friction']:g}"
         + (", wheels braked" if info.get("braked_wheels") else ""),
         f"{'command':<{width}} {'vx':>6} {'vy':>6} {'yaw':>6}   {'err vx':>6} {'err vy':>6} {'err yaw':>7} "
-        f"{'fallen':>6} {'speed viol.':>11} {'feet up':>7}",
+        f"{'fallen':>6} {'speed viol.':>11} {'feet up':>7} {'peak q.':>7} {'tripped':>7}",
     ]
     for r in results:
         (vx, vy, wz), (ex, ey, ew) = r.mean_velocity, r.error
         lines.append(
             f"{r.name:<{width}} {vx:6.2f} {vy:6.2f} {wz:6.2f}   {ex:6.2f} {ey:6.2f} {ew:7.2f} "
-            f"{r.fallen:6d} {r.joint_speed_violation_share:11.1%} {r.air_share:7.1%}"
+            f"{r.fallen:6d} {r.joint_speed_violation_share:11.1%} {r.air_share:7.1%} {r.peak_joint_speed:7.1f} "
+            f"{r.tripped:7d}"
         )
     return "\n".join(lines)
 
@@ -244,6 +271,13 @@ def main(argv: Sequence[str] | None = None) -> int:
         help="hold pairs of opposite commands switched at once (left 1 -> right 1, forward 2 -> back 1, turn 1.5 "
         "each way; each --seconds), falls over both: after any --command",
     )
+    p.add_argument(
+        "--sequence",
+        action="append",
+        type=_parse_sequence,
+        metavar="'VX,VY,YAW VX,VY,YAW ...'",
+        help="commands held in turn, each --seconds, scored on the last (repeatable; after any --command)",
+    )
     p.add_argument("--robots", type=int, default=32, help="robots per command (default 32)")
     p.add_argument("--seconds", type=float, default=6.0, help="hold per command; the last half is scored (default 6)")
     p.add_argument("--friction", type=float, default=1.0, help="ground friction (default 1.0)")
@@ -259,7 +293,8 @@ def main(argv: Sequence[str] | None = None) -> int:
         p.error(f"{args.source}: no such checkpoint or run directory")
     if args.robots < 1 or args.seconds <= 0 or args.friction <= 0:
         p.error("--robots, --seconds and --friction must be positive")
-    tests: list[Test] = list(args.command or ([] if args.reversals else DEFAULT_COMMANDS))
+    tests: list[Test] = list(args.command or ([] if args.reversals or args.sequence else DEFAULT_COMMANDS))
+    tests += args.sequence or []
     if args.reversals:
         tests += DEFAULT_REVERSALS
     results, info = evaluate(

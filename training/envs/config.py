@@ -333,8 +333,16 @@ class TerminationsConfig:
     base_thigh_contact: bool = True  # base or thigh touching anything ends the episode
     max_roll: float = 1.0  # rad
     max_pitch: float = 1.0  # rad
+    # End the episode where any joint is faster than this factor x its actuator velocity limit:
+    # the deployment controller's plausibility bound (aow_policy's ControllerConfig
+    # joint_velocity_factor, 2.0), past which the node on the robot stops the policy and damps, so
+    # the robot falls there. Checked on the state at each policy step (the node checks every
+    # joint state); None: off (issue 23: a sideways reversal spun a knee to 19 rad/s).
+    joint_speed_trip: float | None = None
 
     def validate(self) -> None:
+        trip = self.joint_speed_trip
+        _check(trip is None or trip > 0, "terminations.joint_speed_trip", f"must be positive or None, got {trip}")
         _check(0 < self.max_roll <= math.pi, "terminations.max_roll", "must be in (0, pi]")
         _check(0 < self.max_pitch <= math.pi / 2, "terminations.max_pitch", "must be in (0, pi/2]")
 

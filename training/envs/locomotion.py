@@ -142,6 +142,7 @@ class LocomotionEnv:
             "high": [float(v) for v in high],
         }
         self.speed_limits = self._t(robot.constraint_velocity_limits[idx])
+        self.actuator_speed_limits = self._t(robot.velocity_limits[idx])
         self.torque_limits = self._t(robot.constraint_torque_limits[idx])
         self.pos_lower = self._t(robot.position_lower[idx])
         self.pos_upper = self._t(robot.position_upper[idx])
@@ -512,6 +513,8 @@ class LocomotionEnv:
         terminated = failed_sim | term.bad_orientation_from_gravity(gravity, tc.max_roll, tc.max_pitch)
         if tc.base_thigh_contact and self.terminal_contacts.any():
             terminated |= term.contact(s.contacts[:, self.terminal_contacts])
+        if tc.joint_speed_trip is not None:
+            terminated |= term.joint_speed_trip(s.joint_vel, tc.joint_speed_trip * self.actuator_speed_limits)
         time_outs = term.time_out(self.episode_length, self.max_episode_length) & ~terminated
         dones = terminated | time_outs
 

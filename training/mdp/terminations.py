@@ -25,6 +25,12 @@ def bad_orientation_from_gravity(gravity: torch.Tensor, max_roll: float, max_pit
     return (roll.abs() > max_roll) | (gravity[:, 0].abs() > math.sin(max_pitch))
 
 
+def joint_speed_trip(joint_vel: torch.Tensor, bound: torch.Tensor) -> torch.Tensor:
+    """Any joint faster than its bound (rad/s), joint_vel [N, J], bound [J]: the deployment
+    controller's plausibility check, past which the node stops the policy and damps."""
+    return (joint_vel.abs() > bound).any(-1)
+
+
 def nonfinite(*tensors: torch.Tensor) -> torch.Tensor:
     """Rows with a NaN or inf in any of the given [N, ...] tensors: a simulator blow-up.
 
