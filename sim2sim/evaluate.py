@@ -14,7 +14,9 @@ Each policy runs two 60 s command sequences (after standing up), on flat ground:
 A fall at a sudden command change can hang on the moment of the gait the change meets: with
 ``--full-range-repeats K`` the full-range sequence runs K more times, the first segment
 lengthened by k x 0.17 s in run k (every later switch then meets the robot elsewhere in its
-gait), and the table says in how many of the 1 + K runs the robot fell.
+gait), and the table says in how many of the 1 + K runs the robot fell. Where the controller
+stopped the policy (a fault, e.g. a joint faster than its plausibility bound), the report says
+when and why: the deployment node would stop it there too.
 
 A second table gives the full-range sequence's settled errors going backward, left and right,
 and turning left and right, side by side: a policy that walks or turns one way only shows it
@@ -104,6 +106,9 @@ class PolicyScore:
     episode_steps: float = 1000.0  # policy steps per episode (the monitor's 20 s at 50 Hz)
     # Falls in each repeat of the full-range sequence (--full-range-repeats), shifted k x REPEAT_SHIFT_S.
     full_range_repeat_falls: list[int] = field(default_factory=list)
+    # Where the controller stopped the policy (a fault: DAMPING), per run: "sequence[ run k]" -> why.
+    # On the robot the node does the same, so a fault is a fall whatever the fall detector saw.
+    controller_faults: dict[str, str] = field(default_factory=dict)
 
     def full_range_runs_fallen(self) -> tuple[int, int]:
         """(full-range runs with a fall, full-range runs), the first run and every repeat."""
@@ -130,6 +135,14 @@ def shifted_full_range(k: int) -> list[dict[str, Any]]:
     return segments
 
 
+def controller_fault(result: Any) -> str | None:
+    """ "t = T s: reason" where the controller left POLICY for a fault state, else None."""
+    if not result.fault:
+        return None
+    time = next((t for t, state, reason in result.transitions if reason == result.fault), None)
+    return f"t = {time:.2f} s: {result.fault}" if time is not None else result.fault
+
+
 def evaluate_policy(name: str, path: Path, progress: bool = False, full_range_repeats: int = 0) -> PolicyScore:
     from sim2sim.runner import run
 
@@ -147,6 +160,8 @@ def evaluate_policy(name: str, path: Path, progress: bool = False, full_range_re
         score.violating_steps[sequence] = {q: int(x) for q, x in v["violating_policy_steps"].items()}
         score.policy_steps[sequence] = int(v["policy_steps"])
         score.violation_onsets[sequence] = result.violation_onsets
+        if fault := controller_fault(result):
+            score.controller_faults[sequence] = fault
         score.episode_steps = float(v["episode_s"]) / float(v["policy_dt"])
         if sequence == "reference" and errors.get("forward"):
             score.forward_error = float(errors["forward"][0])
@@ -155,6 +170,8 @@ def evaluate_policy(name: str, path: Path, progress: bool = False, full_range_re
         duration = STAND_UP_S + sum(s["duration"] for s in segments)
         result = run(path, duration, segments, stand_up=STAND_UP_S, progress=progress)
         score.full_range_repeat_falls.append(len(result.falls))
+        if fault := controller_fault(result):
+            score.controller_faults[f"full_range run {k + 1}"] = fault
     return score
 
 
@@ -236,6 +253,10 @@ def markdown(scores: list[PolicyScore], checks: dict[str, dict[str, Any]]) -> st
             fallen, runs = s.full_range_runs_fallen()
             per_run = ", ".join(str(f) for f in [s.falls.get("full_range", 0), *s.full_range_repeat_falls])
             lines.append(f"| {s.name} | {fallen} of {runs} | {per_run} |")
+    faults = [(s.name, run, why) for s in scores for run, why in s.controller_faults.items()]
+    if faults:
+        lines += ["", "Controller faults (the node stopped the policy and damped; on the robot, a fall):", ""]
+        lines += [f"- {name}, {run}: {why}" for name, run, why in faults]
     if checks:
         lines += [
             "",

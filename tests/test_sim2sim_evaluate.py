@@ -85,6 +85,20 @@ def test_full_range_repeats_shift_the_first_segment_and_count_runs_with_a_fall()
     assert "runs with a fall" not in evaluate.markdown([s], {})  # no repeats asked: no table
 
 
+def test_a_controller_fault_is_reported_with_its_time_and_reason() -> None:
+    from types import SimpleNamespace
+
+    why = "joint_states: implausible velocities for ['LH_KFE']"
+    transitions = [(0.02, "STAND_UP", "start requested"), (2.02, "POLICY", "stand-up done"), (22.06, "DAMPING", why)]
+    assert evaluate.controller_fault(SimpleNamespace(fault=why, transitions=transitions)) == f"t = 22.06 s: {why}"
+    assert evaluate.controller_fault(SimpleNamespace(fault=None, transitions=transitions[:2])) is None
+    s = score("a", 0.1, 0, speed_steps=0)
+    s.violations_per_episode = {q: {"velocity": 0.0, "effort": 0.0} for q in ("reference", "full_range")}
+    assert "Controller faults" not in evaluate.markdown([s], {})
+    s.controller_faults["full_range run 2"] = f"t = 22.06 s: {why}"
+    assert f"- a, full_range run 2: t = 22.06 s: {why}" in evaluate.markdown([s], {})
+
+
 def test_a_baseline_without_violations_cannot_demonstrate_the_factor() -> None:
     checks = bar_check(score("np3o", 0.1, 0, speed_steps=0), score("ppo", 0.1, 0, speed_steps=0))
     assert checks["violations_10x_fewer"] is None and checks["joint_speed_violation_factor"] is None
