@@ -1,6 +1,6 @@
 """Issue 23: a locomotion run stopped by its time budget and resumed reaches the same learning
 state as one run straight through, with the new MDP terms on (air time, command modes, style
-rewards, only-positive rewards): the C MuJoCo simulation and every per-env buffer are saved."""
+rewards, only-positive rewards, command reversals, the joint-speed trip): the C MuJoCo simulation and every per-env buffer are saved."""
 
 from __future__ import annotations
 
@@ -32,6 +32,8 @@ def _config(task: str, iterations: int) -> TrainConfig:
         "commands.resampling_time": 0.2,
         "domain_rand.push_interval_s": 0.3,
         "sim.num_threads": 1,
+        "commands.reversal_share": 0.5,  # draws from the env's generator on every timed resample
+        "terminations.joint_speed_trip": 2.0,
     }
     return TrainConfig.from_dict(data)
 
