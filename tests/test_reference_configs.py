@@ -1,6 +1,7 @@
 """The reference recipes in policies/configs load as typed configs and say what the reference
-policies were trained with (issue 23): the style task, the moving air-time gate, a symmetric actor;
-PPO with the constraint rewards, N-P3O with its kappa."""
+policies were trained with (issue 23): the style task, the moving air-time gate, a symmetric actor,
+command reversals and the controller's joint-speed trip; PPO with the constraint rewards, N-P3O
+with its kappa."""
 
 from __future__ import annotations
 
@@ -8,6 +9,7 @@ from pathlib import Path
 
 import pytest
 
+from aow_policy.controller_config import ControllerConfig
 from training.config import load_config_yaml
 from training.envs import task_config
 
@@ -24,5 +26,9 @@ def test_flat_recipe(algo):
     assert task.rewards.air_time_gate == "moving"
     assert task.rewards.constraint_rewards is (algo == "ppo")
     assert set(task.costs.terms) >= {"joint_speed", "joint_torque"}  # the paper's constraints stay costs
+    # Sudden reversals in training, and the episode ends where the deployment node would stop the
+    # policy: the same bound as the controller's, not a copy that can drift from it.
+    assert task.commands.reversal_share == 0.2
+    assert task.terminations.joint_speed_trip == ControllerConfig().joint_velocity_factor
     if algo == "np3o":
         assert (cfg.algo_params.kappa_init, cfg.algo_params.kappa_max) == (0.1, 0.2)

@@ -23,11 +23,13 @@ runs_from=${RUNS_FROM:-$repo/policies/runs}
 flat_envs=${FLAT_ENVS:-4096}
 rough_envs=${ROUGH_ENVS:-8192}
 read -r -a placement <<< "${PLACEMENT:---device cuda --backend mujoco_warp}"  # PLACEMENT: for a dry run on a CPU
-read -r -a wanted <<< "${RUNS:-flat_style_symmetric_np3o aow_flat_ppo rough_style_np3o rough_style_ppo}"
+read -r -a wanted <<< "${RUNS:-flat_style_trip_np3o flat_style_trip_ppo rough_style_np3o rough_style_ppo}"
 kappa=(--set algo_params.kappa_init=0.1 --set algo_params.kappa_max=0.2)
 moving="--env-override rewards.air_time_gate=moving"
 constraint_rewards="--env-override rewards.constraint_rewards=true"
 symmetric="--set network.symmetric_actor=true"
+# Since session 10 (2026-11-27): sudden command reversals, and the controller's joint-speed trip.
+reversals="--env-override commands.reversal_share=0.2 --env-override terminations.joint_speed_trip=2.0"
 common=(--save-minutes 2 --no-progress --no-tensorboard)
 mkdir -p "$work" "$out"
 (command -v nvidia-smi >/dev/null && nvidia-smi --query-gpu=timestamp,utilization.gpu,memory.used --format=csv -l 30 \
@@ -47,10 +49,13 @@ spec() {
     flat_style_moving_np3o) echo "$flat_envs --task aow_flat_style --algo np3o ${kappa[*]} $moving" ;;
     flat_style_ppo) echo "$flat_envs --task aow_flat_style --algo ppo $constraint_rewards $moving" ;;
     # Since the symmetric actor (2026-11-27): the reference recipes in policies/configs.
-    flat_style_symmetric_np3o | aow_flat_np3o) echo "$flat_envs --config policies/configs/aow_flat_np3o.yaml" ;;
-    aow_flat_ppo) echo "$flat_envs --config policies/configs/aow_flat_ppo.yaml" ;;
-    rough_style_np3o) echo "$rough_envs --task aow_rough_style --algo np3o ${kappa[*]} $moving $symmetric" ;;
-    rough_style_ppo) echo "$rough_envs --task aow_rough_style --algo ppo $constraint_rewards $moving $symmetric" ;;
+    # (flat_style_symmetric_np3o is resumed with its own config; fresh, it takes today's recipe.)
+    flat_style_trip_np3o | flat_style_symmetric_np3o | aow_flat_np3o)
+      echo "$flat_envs --config policies/configs/aow_flat_np3o.yaml" ;;
+    flat_style_trip_ppo | aow_flat_ppo) echo "$flat_envs --config policies/configs/aow_flat_ppo.yaml" ;;
+    rough_style_np3o) echo "$rough_envs --task aow_rough_style --algo np3o ${kappa[*]} $moving $symmetric $reversals" ;;
+    rough_style_ppo)
+      echo "$rough_envs --task aow_rough_style --algo ppo $constraint_rewards $moving $symmetric $reversals" ;;
     *) return 1 ;;
   esac
 }
