@@ -1,6 +1,7 @@
 """Issue 23: a locomotion run stopped by its time budget and resumed reaches the same learning
 state as one run straight through, with the new MDP terms on (air time, command modes, style
-rewards, only-positive rewards, command reversals, the joint-speed trip): the C MuJoCo simulation and every per-env buffer are saved."""
+rewards, only-positive rewards, command reversals, the joint-speed trip): the C MuJoCo
+simulation and every per-env buffer are saved."""
 
 from __future__ import annotations
 
