@@ -1,6 +1,6 @@
 """The reference recipes in policies/configs load as typed configs and say what the reference
 policies were trained with (issue 23): the style task, the moving air-time gate, a symmetric actor,
-command reversals and the controller's joint-speed trip; PPO with the constraint rewards, N-P3O
+command reversals, and the controller's joint-speed trip as stage 2; PPO with the constraint rewards, N-P3O
 with its kappa."""
 
 from __future__ import annotations
@@ -26,9 +26,12 @@ def test_flat_recipe(algo):
     assert task.rewards.air_time_gate == "moving"
     assert task.rewards.constraint_rewards is (algo == "ppo")
     assert set(task.costs.terms) >= {"joint_speed", "joint_torque"}  # the paper's constraints stay costs
-    # Sudden reversals in training, and the episode ends where the deployment node would stop the
-    # policy: the same bound as the controller's, not a copy that can drift from it.
+    # Sudden reversals in training; the joint-speed trip is stage 2 (a fresh policy's exploration
+    # trips at once), and the stage the recipe names is the controller's own bound.
     assert task.commands.reversal_share == 0.2
-    assert task.terminations.joint_speed_trip == ControllerConfig().joint_velocity_factor
+    assert task.terminations.joint_speed_trip is None
+    factor = ControllerConfig().joint_velocity_factor
+    stage2 = f"--env-override terminations.joint_speed_trip={factor:g}"
+    assert stage2.replace("=2", "=2.0") in (CONFIGS / f"aow_flat_{algo}.yaml").read_text()
     if algo == "np3o":
         assert (cfg.algo_params.kappa_init, cfg.algo_params.kappa_max) == (0.1, 0.2)

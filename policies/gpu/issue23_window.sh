@@ -28,8 +28,10 @@ kappa=(--set algo_params.kappa_init=0.1 --set algo_params.kappa_max=0.2)
 moving="--env-override rewards.air_time_gate=moving"
 constraint_rewards="--env-override rewards.constraint_rewards=true"
 symmetric="--set network.symmetric_actor=true"
-# Since session 10 (2026-11-27): sudden command reversals, and the controller's joint-speed trip.
-reversals="--env-override commands.reversal_share=0.2 --env-override terminations.joint_speed_trip=2.0"
+# Since session 10 (2026-11-27): sudden command reversals. The controller's joint-speed trip
+# (--env-override terminations.joint_speed_trip=2.0) is a second stage from a walking checkpoint:
+# a fresh policy trips within a few steps (policies/configs/aow_flat_np3o.yaml).
+reversals="--env-override commands.reversal_share=0.2"
 common=(--save-minutes 2 --no-progress --no-tensorboard)
 mkdir -p "$work" "$out"
 (command -v nvidia-smi >/dev/null && nvidia-smi --query-gpu=timestamp,utilization.gpu,memory.used --format=csv -l 30 \
