@@ -337,12 +337,6 @@ def main(argv: list[str] | None = None) -> int:
     if args.baseline is not None and args.baseline not in policies:
         print(f"sim2sim.evaluate: error: --baseline {args.baseline!r} is not one of {list(policies)}", file=sys.stderr)
         return 2
-    if args.full_range_repeats < 0:
-        print(
-            f"sim2sim.evaluate: error: --full-range-repeats must be >= 0, got {args.full_range_repeats}",
-            file=sys.stderr,
-        )
-        return 2
     course = args.course or args.course_only
     if args.course_only and args.baseline is not None:
         message = "--baseline compares the flat sequences, which --course-only leaves out"

@@ -56,9 +56,10 @@ DEFAULT_COMMANDS: tuple[tuple[str, float, float, float], ...] = (
 )
 
 
+Velocity = tuple[float, float, float]
 # (name, first command, second command), each (vx, vy, yaw rate): the sudden reversals of
 # sim2sim's full-range sequence, and the same the other way round.
-DEFAULT_REVERSALS: tuple[tuple[str, tuple[float, float, float], tuple[float, float, float]], ...] = (
+DEFAULT_REVERSALS: tuple[tuple[str, Velocity, Velocity], ...] = (
     ("left->right 1.0", (0.0, 1.0, 0.0), (0.0, -1.0, 0.0)),
     ("right->left 1.0", (0.0, -1.0, 0.0), (0.0, 1.0, 0.0)),
     ("fwd 2.0->back 1.0", (2.0, 0.0, 0.0), (-1.0, 0.0, 0.0)),
@@ -68,7 +69,6 @@ DEFAULT_REVERSALS: tuple[tuple[str, tuple[float, float, float], tuple[float, flo
 )
 
 SWITCH_SPREAD_S = 1.0  # a switch's moments spread over about a gait cycle and more
-Velocity = tuple[float, float, float]
 # A test: (name, vx, vy, yaw rate) held alone, or (name, first, second, ...): commands held in turn.
 Test = tuple[str, float, float, float] | tuple[Any, ...]
 
@@ -150,9 +150,7 @@ def evaluate(
     results = []
     try:
         speed_limits = env.speed_limits[env.leg_ids]
-        actuator_limits = {j.name: j.velocity_limit for j in env.robot.joints}
-        leg_names = [env.joint_names[int(i)] for i in env.leg_ids]
-        trip_speed = ControllerConfig().joint_velocity_factor * torch.tensor([actuator_limits[n] for n in leg_names])
+        trip_speed = ControllerConfig().joint_velocity_factor * env.actuator_speed_limits[env.leg_ids]
         for test in commands:
             name, phases = _phases(test)
             vx, vy, wz = phases[-1]
