@@ -369,14 +369,15 @@ def test_stacked_cost_critics_equal_one_network_per_group(scan: bool):
     torch.testing.assert_close(grad, model.cost_critics.params.grad, rtol=1e-5, atol=1e-6)
 
 
-def _shipped_np3o():
-    """(checkpoint, its config, an unloaded model of its shape) of the shipped N-P3O policy."""
+def _legacy_np3o():
+    """(checkpoint, its config, an unloaded model of its shape) of the first shipped N-P3O policy,
+    kept in tests/data as it was written (one module per cost critic, no kappa_adapt field)."""
     from pathlib import Path
 
     from training.checkpoint import load_checkpoint
     from training.config import TrainConfig
 
-    ckpt = load_checkpoint(Path(__file__).resolve().parents[1] / "policies" / "aow_flat_np3o" / "model_212.pt")
+    ckpt = load_checkpoint(Path(__file__).resolve().parent / "data" / "legacy_np3o_model_212.pt")
     cfg = TrainConfig.from_dict(ckpt["config"])
     model = ActorCritic(
         ObservationLayout.from_list(ckpt["obs_layout"]["policy"]),
@@ -390,7 +391,7 @@ def _shipped_np3o():
 
 def test_checkpoints_with_one_module_per_cost_critic_still_load():
     """The stacked layout replaced per-critic modules (keys cost_critics.<g>.trunk...); their
-    state dicts load into it, and so does the shipped reference checkpoint."""
+    state dicts load into it, and so does the first shipped reference checkpoint."""
     layout = ObservationLayout.build(
         [{"name": "base_lin_vel", "size": 3}, {"name": "joint_vel", "size": 4}, {"name": "height_scan", "size": 11}]
     )
@@ -408,7 +409,7 @@ def test_checkpoints_with_one_module_per_cost_critic_still_load():
     x = torch.randn(16, layout.dim)
     torch.testing.assert_close(fresh.cost_values(x), model.cost_values(x))
 
-    ckpt, _, shipped = _shipped_np3o()
+    ckpt, _, shipped = _legacy_np3o()
     assert any(k.startswith("cost_critics.0.") for k in ckpt["model"])  # written before the change
     shipped.load_state_dict(ckpt["model"], strict=True)
     assert len(shipped.cost_critics) == len(ckpt["cost_groups"]) == 2
@@ -609,10 +610,10 @@ def test_weight_gradient_pieces_divide_the_batch():
         assert batch % c == 0 and (c == 1 or batch // c >= 256)
 
 
-def test_the_shipped_checkpoint_resumes_with_its_optimizer_state():
+def test_the_legacy_checkpoint_resumes_with_its_optimizer_state():
     """model_212.pt was written with one module per cost critic: its Adam moments become those
     of the stacked parameters, element for element."""
-    ckpt, cfg, model = _shipped_np3o()
+    ckpt, cfg, model = _legacy_np3o()
     model.load_state_dict(ckpt["model"])
     algo = make_algorithm("np3o", model, cfg.ppo, cfg.algo_params, cost_limits=torch.zeros(2))
     algo.load_optimizer_state(ckpt["optimizer"])
@@ -740,8 +741,8 @@ def test_kappa_adapt_resumes_as_trained(name):
     assert again.kappa_adapt_rates.tolist() == [0.0]
 
 
-def test_the_shipped_pre_kappa_adapt_checkpoint_resumes_on_the_papers_schedule():
-    ckpt, cfg, model = _shipped_np3o()
+def test_the_legacy_pre_kappa_adapt_checkpoint_resumes_on_the_papers_schedule():
+    ckpt, cfg, model = _legacy_np3o()
     assert cfg.algo_params.kappa_adapt is None  # its config predates the field
     algo = make_algorithm("np3o", model, cfg.ppo, cfg.algo_params, cost_limits=torch.tensor([2.5, 2.5]))
     assert algo.adapts_kappa

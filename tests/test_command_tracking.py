@@ -9,19 +9,21 @@ import pytest
 
 from training.command_tracking import _parse_command, _parse_sequence, evaluate, main
 
-SHIPPED = Path(__file__).resolve().parents[1] / "policies" / "aow_flat_np3o" / "model_212.pt"
+SHIPPED = Path(__file__).resolve().parents[1] / "policies" / "aow_flat_np3o" / "model_250.pt"
 
 
-def test_the_shipped_policy_rolls_forward_and_does_not_step_sideways():
-    """The shipped flat N-P3O policy is known (policies/README.md) to roll forward at the
-    commanded 1.0 m/s and to stand still when sent sideways: the tool must show both."""
-    results, info = evaluate(SHIPPED, [("fwd", 1.0, 0.0, 0.0), ("side", 0.0, 0.5, 0.0)], robots=2, seconds=3.0)
-    fwd, side = results
-    assert info["task"] == "aow_flat" and info["iteration"] == 212
-    assert fwd.mean_velocity[0] > 0.8 and fwd.error[0] < 0.2 and fwd.fallen == 0
-    assert abs(side.mean_velocity[1]) < 0.1 and side.error[1] > 0.4
-    # It does not step: the few % are rolling wheels' contact flicker (a trot is ~50 %).
-    assert fwd.air_share < 0.15 and side.air_share < 0.1
+def test_the_shipped_policy_rolls_forward_and_steps_sideways_and_around():
+    """The shipped flat N-P3O policy (policies/README.md) rolls forward at the commanded 1.0 m/s
+    with its feet on the ground, and steps when sent sideways or turned in place: the tool must
+    show both gaits (a trot has about half of the wheel-steps in the air)."""
+    commands = [("fwd", 1.0, 0.0, 0.0), ("side", 0.0, 0.5, 0.0), ("turn", 0.0, 0.0, 1.0)]
+    (fwd, side, turn), info = evaluate(SHIPPED, commands, robots=2, seconds=3.0)
+    assert info["task"] == "aow_flat_style" and info["iteration"] == 250
+    assert fwd.mean_velocity[0] > 0.85 and fwd.error[0] < 0.15 and fwd.fallen == 0
+    assert side.mean_velocity[1] > 0.4 and side.error[1] < 0.1 and side.fallen == 0
+    assert turn.mean_velocity[2] > 0.8 and turn.error[2] < 0.2 and turn.fallen == 0
+    # Rolling forward keeps the feet down; sideways and turning in place are stepped.
+    assert fwd.air_share < 0.1 and side.air_share > 0.3 and turn.air_share > 0.3
 
 
 def test_cli_writes_json_and_refuses_bad_input(tmp_path, capsys):
@@ -38,12 +40,12 @@ def test_cli_writes_json_and_refuses_bad_input(tmp_path, capsys):
     assert _parse_command("1,0,0.5")[1:] == (1.0, 0.0, 0.5)
 
 
-def test_braked_wheels_stop_the_rolling_policy():
-    """The shipped policy only rolls: with its wheels braked (--braked-wheels) it cannot follow a
-    forward command, which it follows with free wheels (the test above)."""
+def test_braked_wheels_slow_the_rolling_policy():
+    """The shipped policy rolls forward (the test above, error < 0.15): with its wheels braked
+    (--braked-wheels) it falls well short of the forward command (measured 0.56 of 1.0 m/s)."""
     results, info = evaluate(SHIPPED, [("fwd", 1.0, 0.0, 0.0)], robots=2, seconds=3.0, braked_wheels=True)
     assert info["braked_wheels"] is True
-    assert results[0].mean_velocity[0] < 0.3 and results[0].error[0] > 0.7
+    assert results[0].mean_velocity[0] < 0.75 and results[0].error[0] > 0.25
 
 
 def test_a_reversal_scores_the_second_command_and_says_what_came_first(capsys):
@@ -53,7 +55,7 @@ def test_a_reversal_scores_the_second_command_and_says_what_came_first(capsys):
     (r,) = results
     assert r.command == (-0.5, 0.0, 0.0) and r.reversed_from == (1.0, 0.0, 0.0)
     assert r.mean_velocity[0] < -0.3 and r.error[0] < 0.2 and r.fallen == 0
-    # It rolls: its legs move slowly, far from the controller's 15 rad/s plausibility bound.
+    # It rolls back: its legs move slowly, far from the controller's 15 rad/s plausibility bound.
     assert 0.0 < r.peak_joint_speed < 10.0 and r.tripped == 0
     # The CLI's --reversals runs the default pairs after any --command.
     assert main([str(SHIPPED), "--command", "0,0,0", "--reversals", "--robots", "1", "--seconds", "0.2"]) == 0

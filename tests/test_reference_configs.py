@@ -35,3 +35,23 @@ def test_flat_recipe(algo):
     assert stage2.replace("=2", "=2.0") in (CONFIGS / f"aow_flat_{algo}.yaml").read_text()
     if algo == "np3o":
         assert (cfg.algo_params.kappa_init, cfg.algo_params.kappa_max) == (0.1, 0.2)
+
+
+def test_the_shipped_np3o_policy_was_trained_with_the_recipe_and_its_stage_2():
+    """policies/aow_flat_np3o's saved config is the recipe with the trip on (stage 2), and its
+    checkpoint and ONNX contract name the same task, algorithm and iteration."""
+    from training.checkpoint import load_checkpoint
+
+    shipped = Path(__file__).resolve().parents[1] / "policies" / "aow_flat_np3o"
+    recipe = load_config_yaml(CONFIGS / "aow_flat_np3o.yaml")
+    cfg = load_config_yaml(shipped / "config.yaml")
+    assert (cfg.task, cfg.algo, cfg.num_envs) == (recipe.task, recipe.algo, recipe.num_envs)
+    assert cfg.network == recipe.network and cfg.algo_params.kappa_max == recipe.algo_params.kappa_max
+    task, recipe_task = task_config(cfg.task, **cfg.env_overrides), task_config(recipe.task, **recipe.env_overrides)
+    assert task.rewards == recipe_task.rewards and task.commands == recipe_task.commands
+    assert task.terminations.joint_speed_trip == ControllerConfig().joint_velocity_factor
+    ckpt = load_checkpoint(shipped / "model_250.pt")
+    assert (ckpt["iteration"], ckpt["config"]["task"], ckpt["config"]["algo"]) == (250, "aow_flat_style", "np3o")
+    assert "runner_state" not in ckpt  # stripped: the simulation state only --resume reads
+    contract = (shipped / "policy.yaml").read_text()
+    assert "task: aow_flat_style, algorithm: np3o, iteration: 250" in contract

@@ -8,7 +8,7 @@ Examples::
     aow-train --resume runs/np3o --iterations 3000          # continue to 3000 iterations in total
     aow-train --resume runs/rough --device cpu --backend mujoco --num-envs 1024 --max-minutes 60  # a GPU run, on a CPU
     aow-train --task aow_flat --algo ppo --env-override rewards.constraint_rewards=true   # PPO baseline
-    aow-train --task aow_flat --algo np3o --init-from policies/aow_flat_np3o/model_212.pt \
+    aow-train --config policies/aow_flat_np3o/config.yaml --init-from policies/aow_flat_np3o/model_250.pt \
         --set algo_params.kappa_init=1 --set algo_params.kappa_max=1 --iterations 150  # fine-tune
     aow-train --config my.yaml --set ppo.learning_rate=3e-4 --set algo_params.kappa_max=2
     torchrun --nproc-per-node 2 -m training.train --task toy_speed_limit --algo np3o --num-envs 128 ...
