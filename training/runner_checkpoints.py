@@ -27,10 +27,12 @@ from typing import Any
 import torch
 
 from aow_policy.fileio import atomic_write_text
+from aow_policy.layout import ObservationLayout
 from training.checkpoint import CheckpointError, latest_checkpoint, load_checkpoint, save_checkpoint
 from training.config import PLACEMENT_FIELDS, TrainConfig
 from training.distributed import DistContext
 from training.networks import ActorCritic, convert_legacy_cost_critics
+from training.scan_transfer import ScanTransferError, add_height_scan, needs_height_scan
 
 
 def _plain(x: Any) -> Any:
@@ -89,11 +91,20 @@ class RunnerCheckpoints:
     _robot_contract_hash: Callable[[], str]  # the runner's: it knows the task names
 
     def _init_from(self, path: Path) -> None:
-        """Networks and normalizers from another run's checkpoint (same task layout). Its cost
-        critics are taken where it has them for the same groups; otherwise they start fresh."""
+        """Networks and normalizers from another run's checkpoint (same task layout, or a blind
+        task's where this one adds the height scan: training.scan_transfer). Its cost critics are
+        taken where it has them for the same groups; otherwise they start fresh."""
         ckpt = load_checkpoint(path)
         state = dict(ckpt["model"])
         convert_legacy_cost_critics(state, "cost_critics.")
+        source = {k: ObservationLayout.from_list(v, known_only=False) for k, v in ckpt["obs_layout"].items()}
+        target = {k: self.env.obs_spec[k] for k in ("policy", "critic")}
+        if needs_height_scan(source, target):
+            # A blind policy starts a perceptive one: the same function at first (training.scan_transfer).
+            try:
+                state = add_height_scan(state, source, target, self.model)
+            except ScanTransferError as e:
+                raise CheckpointError(f"init_from {path}: {e}") from None
         own = self.model.state_dict()
         cost_keys = {k for k in own if k.startswith("cost_critics.")}
         theirs_cost = {k for k in state if k.startswith("cost_critics.")}
