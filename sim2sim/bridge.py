@@ -47,7 +47,8 @@ BRIDGE_PARAMS: tuple[ParamSpec, ...] = (
     ParamSpec(
         "terrain",
         _BRIDGE.terrain,
-        "Ground: flat, rough (the training terrain generator) or course (issue 16's evaluation strip)",
+        "Ground: flat, rough (the training terrain generator), course (issue 16's evaluation strip) or block (the "
+        "paper's experiment A: a 20 cm block)",
         choices=TERRAINS,
     ),
     # An integer parameter has no 'unset': -1 stands for the terrain's own default, so the course

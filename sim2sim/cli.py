@@ -12,7 +12,7 @@ from pathlib import Path
 from aow_policy.fileio import atomic_write_text
 from aow_policy.robot import load_robot
 from sim2sim.commands import FORMAT_HELP, CommandScriptError
-from sim2sim.course import Course, generate_course
+from sim2sim.course import LAYOUTS, Course, generate_course, strip_config
 from sim2sim.course_eval import check_speed, course_run_of
 from sim2sim.driver import DriverConfig, LineDriver
 from sim2sim.hardware import HardwareConfig
@@ -37,9 +37,11 @@ the robot, column-major, moving circular buffer), /cmd_vel (geometry_msgs/Twist)
 (diagnostic_msgs/DiagnosticArray, key 'state'). Stamps are simulation time (s from the start).
 Terrains: flat; rough (the training generator's tiles); course (issue 16's evaluation strip: a 25 %
 slope up and down, stairs up and down with 15 cm risers, 10 cm blocks from --seed; see
-sim2sim.course). --drive SPEED drives the course: forward at SPEED, a pure-pursuit yaw rate holding
-its centre line, until the finish, a stall or --duration. --blank-map publishes a flat map (the
-ground height under the base) instead of the terrain: the height scan sees flat ground.
+sim2sim.course); block (the paper's robot experiment A: a 20 cm high, 1.2 m long block after a 4 m
+run-up). --drive SPEED drives the course or the block: forward at SPEED (0.5 - 1.0 m/s; the paper's
+block experiment commands 1.0), a pure-pursuit yaw rate holding its centre line, until the finish,
+a stall or --duration. --blank-map publishes a flat map (the ground height under the base) instead
+of the terrain: the height scan sees flat ground.
 Tracking error: mean |command - base velocity| (vx, vy in the base frame, yaw rate) over the control
 periods spent in POLICY in each segment; 'settled' leaves out each segment's first --settle seconds.
 A fall: base lower than --fall-height above the ground, tilted beyond --fall-tilt, or touching it.
@@ -69,13 +71,14 @@ def build_parser() -> argparse.ArgumentParser:
         type=int,
         default=d.seed,
         help=f"terrain generation seed (default: {DEFAULT_SEEDS['rough']} for rough, {DEFAULT_SEEDS['course']} "
-        "for the course, a seed no training uses by default)",
+        "for the course, a seed no training uses by default; the block has no random part)",
     )
     p.add_argument(
         "--drive",
         type=float,
         metavar="SPEED",
-        help="--terrain course: drive the course at SPEED m/s holding its centre line (in place of --commands)",
+        help="--terrain course or block: drive the strip at SPEED m/s holding its centre line (in place of "
+        "--commands); the block is the paper's experiment A, 20 cm high and 1.2 m long, crossed at 1.0 m/s",
     )
     p.add_argument("--record", type=Path, metavar="BAG_DIR", help="write a rosbag2 to this new directory")
     p.add_argument(
@@ -169,9 +172,11 @@ def config_from_args(args: argparse.Namespace) -> Sim2SimConfig:
 
 
 def course_driver(config: Sim2SimConfig, speed: float) -> tuple[list[dict], LineDriver, Course]:
-    """--drive: the command segment, the line driver and the course it drives (that of the config)."""
+    """--drive: the command segment, the line driver and the strip it drives (the config's terrain,
+    course or block: the same strip :func:`sim2sim.world.build_world` builds for the run)."""
     check_speed(speed)
-    course = generate_course(config.course, DEFAULT_SEEDS["course"] if config.seed is None else config.seed)
+    seed = DEFAULT_SEEDS[config.terrain] if config.seed is None else config.seed
+    course = generate_course(strip_config(config.terrain, config.course), seed)
     robot = load_robot(config.robot_path)
     driver = LineDriver.for_course(course, robot, DriverConfig(speed=speed))
     length = config.duration - config.stand_up - robot.rates.policy_dt
@@ -194,8 +199,10 @@ def main(argv: Sequence[str] | None = None) -> int:
     if args.record is not None and args.record.exists():
         print(f"aow-sim2sim: error: {args.record} exists already (nothing is overwritten)", file=sys.stderr)
         return 2
-    if args.drive is not None and (args.terrain != "course" or args.commands is not None):
-        parser.error("--drive needs --terrain course and no --commands (the driver decides the commands)")
+    if args.drive is not None and (args.terrain not in LAYOUTS or args.commands is not None):
+        parser.error(
+            "--drive needs --terrain course or --terrain block, and no --commands (the driver decides the commands)"
+        )
     try:
         config = config_from_args(args)
         video_options = options_from_args(args) if args.video is not None else None
@@ -220,7 +227,7 @@ def main(argv: Sequence[str] | None = None) -> int:
     if driver is not None and course is not None:
         drive = course_run_of(result, driver, course, config.hardware.blank_map)
         print(
-            f"course: {drive.end}; progress {drive.progress_m:.2f} m of {course.length:g} m "
+            f"{course.config.layout}: {drive.end}; progress {drive.progress_m:.2f} m of {course.length:g} m "
             f"({drive.progress_fraction:.0%}), furthest in {drive.section_reached}, now in {drive.final_section}; "
             f"mean speed {drive.mean_speed or 0.0:.2f} m/s over {drive.time_s:.1f} s"
         )

@@ -39,6 +39,26 @@ edge lies on a sample, so each edge is exactly one cell wide.
 The blocks come from ``numpy.random.default_rng(seed)``; :data:`COURSE_SEED` is the default, a
 seed no training run uses by default (training's terrain seed is 0; the block layout is this
 module's own generator anyway, so no seed reproduces a training tile).
+
+The block layout (``CourseConfig(layout="block")``, :func:`block_config`) is the source paper's
+robot experiment A, "traversing a 20 cm high block with 1.0 m/s command to the front": one step
+up onto a block, along its top, one step down, nothing else, so a run says whether a policy
+takes a step of that height at that speed with and without its map. It is the course's
+machinery with other sections (the stairs arithmetic with a single riser each way):
+
+=============  =============  ==========================================================
+section        x (m)          ground
+=============  =============  ==========================================================
+lead_in        0 – 5          flat; the robot spawns at 1 m: a 4 m run-up to reach 1.0 m/s
+block_up       5 – 5.3        the riser up (0.20 m) at 5 m, then the block's first 0.3 m
+block_top      5.3 – 6.2      flat at 0.20 m
+block_down     6.2 – 6.5      the riser down at 6.2 m, then flat at 0
+run_out        6.5 – 10.5     flat; the finish line is 1 m into it (the whole robot off the block)
+=============  =============  ==========================================================
+
+The block is 1.2 m long (block_up and block_top). The paper does not give its length: 1.2 m holds
+the whole robot (about 1 m long with its wheels) on the top for a moment, so the robot is all up
+before it steps down. The seed is unused (the block has no random part).
 """
 
 from __future__ import annotations
@@ -48,12 +68,21 @@ from dataclasses import dataclass
 import numpy as np
 
 COURSE_SEED = 1616  # issue 16; training's terrain default is 0
+# The strips this module lays out; each is also the name of the sim2sim terrain that holds it.
+LAYOUTS = ("course", "block")
+EXPERIMENT_A_HEIGHT = 0.20  # m, the block of the paper's robot experiment A
 
 
 @dataclass(frozen=True)
 class CourseConfig:
-    """Lengths along x in metres (each a multiple of ``resolution``), heights in metres."""
+    """Lengths along x in metres (each a multiple of ``resolution``), heights in metres.
 
+    ``layout`` picks the sections (:func:`_profile`): "course" (issue 16's obstacles in a row) or
+    "block" (lead-in, one riser of ``step_height`` up, ``step_width + landing`` along the top, one
+    down, run-out; ``steps`` must be 1). The fields a layout has no section for are unused.
+    """
+
+    layout: str = "course"  # one of LAYOUTS
     resolution: float = 0.02  # m between height samples (why: see the module docstring)
     width: float = 6.0  # m across the strip (y from -width/2 to width/2)
     lead_in: float = 5.0
@@ -77,6 +106,8 @@ class CourseConfig:
     finish: float = 1.0  # m into the run-out: the finish line
 
     def validate(self) -> None:
+        if self.layout not in LAYOUTS:
+            raise ValueError(f"course layout must be one of {LAYOUTS}, got {self.layout!r}")
         res = self.resolution
         if not res > 0:
             raise ValueError(f"course resolution must be positive, got {res}")
@@ -102,6 +133,10 @@ class CourseConfig:
                 raise ValueError(f"course {name} {value} m is not a multiple of the resolution {res} m")
         if self.steps < 1:
             raise ValueError(f"course steps must be at least 1, got {self.steps}")
+        if self.layout == "block" and self.steps != 1:
+            # block_up / block_down are stairs sections one tread long: more steps would stack
+            # further risers onto the block's first tread and drop below the ground after it.
+            raise ValueError(f"the block layout has one riser up and one down: steps must be 1, got {self.steps}")
         if not self.finish < self.run_out:
             raise ValueError(f"course finish ({self.finish} m) must lie within the run-out ({self.run_out} m)")
         lo, hi = self.block_size
@@ -181,6 +216,7 @@ class Course:
         """A JSON-ready description: what a result needs to say where a robot got to."""
         cfg = self.config
         return {
+            "layout": cfg.layout,
             "seed": self.seed,
             "resolution_m": self.resolution,
             "width_m": cfg.width,
@@ -199,7 +235,17 @@ class Course:
 
 
 def _profile(cfg: CourseConfig) -> list[tuple[str, float, str]]:
-    """(name, length, kind) of each section in order."""
+    """(name, length, kind) of each section in order (the tables in the module docstring)."""
+    if cfg.layout == "block":
+        # Stairs sections of one tread each (steps == 1): the riser at block_up's start lifts
+        # block_up and block_top to step_height, the one at block_down's start drops back to 0.
+        return [
+            ("lead_in", cfg.lead_in, "flat"),
+            ("block_up", cfg.step_width, "stairs_up"),
+            ("block_top", cfg.landing, "flat"),
+            ("block_down", cfg.step_width, "stairs_down"),
+            ("run_out", cfg.run_out, "flat"),
+        ]
     n = cfg.steps
     return [
         ("lead_in", cfg.lead_in, "flat"),
@@ -214,6 +260,33 @@ def _profile(cfg: CourseConfig) -> list[tuple[str, float, str]]:
         ("blocks", cfg.blocks_length, "blocks"),
         ("run_out", cfg.run_out, "flat"),
     ]
+
+
+def block_config(height: float = EXPERIMENT_A_HEIGHT) -> CourseConfig:
+    """The block strip of the paper's robot experiment A (``height`` m high, 1.2 m long).
+
+    A 0.3 m block_up tread and a 0.9 m block_top: a 1.2 m long block. The paper gives the
+    height (20 cm) and the command (1.0 m/s forward), not the length; 1.2 m holds the whole robot,
+    about 1 m long with its wheels, on the top for a moment. The other lengths are the course's
+    defaults: a 5 m lead-in with the spawn at 1 m (a 4 m run-up), a 4 m run-out with the finish
+    1 m into it.
+    """
+    return CourseConfig(layout="block", steps=1, step_height=height, step_width=0.30, landing=0.90)
+
+
+def strip_config(terrain: str, config: CourseConfig | None = None) -> CourseConfig:
+    """The strip the sim2sim terrain ``terrain`` ("course" or "block", the layout of that name) is
+    built from: ``config``, which must be of that layout, or the terrain's own default
+    (``CourseConfig()`` for "course", :func:`block_config` for "block")."""
+    if terrain not in LAYOUTS:
+        raise ValueError(f"terrain {terrain!r} is no strip: the strips are {LAYOUTS}")
+    if config is None:
+        return block_config() if terrain == "block" else CourseConfig()
+    if config.layout != terrain:
+        # A course config handed to the block terrain (or the reverse) would silently build the
+        # other strip under this terrain's name.
+        raise ValueError(f"terrain {terrain!r} needs a strip of layout {terrain!r}, got layout {config.layout!r}")
+    return config
 
 
 def _cells(length: float, res: float) -> int:

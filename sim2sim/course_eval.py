@@ -1,5 +1,9 @@
 """The terrain course in ``python -m sim2sim.evaluate --course``: issue 16's bar for a rough-terrain policy.
 
+The same drives and bar serve the block strip of ``--block`` (the paper's robot experiment A: a
+20 cm block crossed at 1.0 m/s; :func:`sim2sim.course.block_config`): "the course" below is
+whichever strip a run drives.
+
 Each policy drives the course (:mod:`sim2sim.course`) twice through the deployment runtime (the
 controller core the ROS node uses, fed the GridMap -> height-scan path): once with the elevation
 map of the terrain and once with the map blanked (``HardwareConfig.blank_map``: flat at the
@@ -35,7 +39,7 @@ from dataclasses import dataclass, field
 from typing import Any
 
 from aow_policy.robot import Robot, load_robot
-from sim2sim.course import COURSE_SEED, Course, CourseConfig, generate_course
+from sim2sim.course import COURSE_SEED, Course, CourseConfig, block_config, generate_course
 from sim2sim.driver import DriverConfig, LineDriver
 from sim2sim.hardware import HardwareConfig
 
@@ -105,8 +109,9 @@ def drive_course(
     robot: Robot | None = None,
     progress: bool = False,
 ) -> tuple[CourseRun, Course]:
-    """Drive ``policy`` over the course of ``seed``; ``time_limit``: seconds of driving (default:
-    :func:`default_time_limit`). Returns the run and the course it drove."""
+    """Drive ``policy`` over the strip of ``course_config`` (default: the terrain course; its layout
+    names the terrain, "course" or "block") and ``seed``; ``time_limit``: seconds of driving
+    (default: :func:`default_time_limit`). Returns the run and the strip it drove."""
     from sim2sim.runner import run  # the runner imports the world, which imports the course
 
     check_speed(speed)
@@ -128,7 +133,7 @@ def drive_course(
         duration,
         [{"name": "course", "duration": time_limit, "vx": speed}],
         robot=robot,
-        terrain="course",
+        terrain=course_config.layout,  # the strips' terrains are named after their layouts
         seed=seed,
         course=course_config,
         stand_up=stand_up,
@@ -235,14 +240,37 @@ def _falls_text(run: CourseRun) -> str:
     return f"{len(run.falls)} (first: {first['section']}, x {first['x']:.2f} m{when})"
 
 
-def markdown(course: Course, runs: dict[str, dict[str, CourseRun]], checks: dict[str, dict[str, Any]]) -> str:
-    """The course tables: one row per policy and map mode, then the bar per policy."""
-    speed = next((r["map"].speed for r in runs.values()), DEFAULT_SPEED)
+def strip_title(config: CourseConfig) -> str:
+    """What the strip of ``config`` is, for headings: the course, or the block (of experiment A or not)."""
+    if config.layout != "block":
+        return "Terrain course"
+    title = f"{config.step_height * 100:g} cm block"
+    # Only the experiment-A strip itself is called so (a milder block in a test is not).
+    return f"{title} (the paper's experiment A)" if config == block_config() else title
+
+
+def _strip_text(course: Course) -> str:
+    """Where the strip's start, obstacles and finish lie (the first words of :func:`markdown`)."""
+    ends = f"finish x {course.finish_x:g} m ({course.length:g} m from the start)"
+    if course.config.layout == "block":
+        up, down = course.section("block_up").x_start, course.section("block_down").x_start
+        return (
+            f"{strip_title(course.config)}: start x {course.start[0]:g} m, block from x {up:g} to {down:g} m "
+            f"({round(down - up, 9):g} m), {ends}; {course.resolution:g} m height samples."
+        )
     sections = ", ".join(f"{s.name} {s.x_start:g} – {s.x_end:g}" for s in course.sections)
-    lines = [
+    return (
         f"Terrain course (seed {course.seed}, {course.resolution:g} m height samples): start x {course.start[0]:g} m, "
-        f"finish x {course.finish_x:g} m ({course.length:g} m); sections (x, m): {sections}. Commanded "
-        f"{speed:g} m/s, the line held by pure pursuit; 'blank' = the elevation map flat at the ground under the base.",
+        f"finish x {course.finish_x:g} m ({course.length:g} m); sections (x, m): {sections}."
+    )
+
+
+def markdown(course: Course, runs: dict[str, dict[str, CourseRun]], checks: dict[str, dict[str, Any]]) -> str:
+    """The strip's tables (course or block): one row per policy and map mode, then the bar per policy."""
+    speed = next((r["map"].speed for r in runs.values()), DEFAULT_SPEED)
+    lines = [
+        f"{_strip_text(course)} Commanded {speed:g} m/s, the line held by pure pursuit; "
+        "'blank' = the elevation map flat at the ground under the base.",
         "",
         "| policy | map | end | progress | section reached | time | mean speed | falls "
         "| joint-speed viol./episode | torque viol./episode | max offset from the line |",

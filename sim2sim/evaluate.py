@@ -43,6 +43,15 @@ without a fall at a mean speed of at least 0.8 x the commanded one; blanked meas
 more falls, not crossing, 0.5 m less progress, or (both crossing) at most 0.9 x the map run's
 mean speed. ``--course-only`` leaves the flat sequences out. Results go into the same two files
 (the JSON key ``course``).
+
+With ``--block`` each policy also drives the source paper's robot experiment A, "traversing a 20 cm
+high block with 1.0 m/s command to the front": a 4 m run-up, one 20 cm step up onto a 1.2 m long
+block (the paper gives no length: 1.2 m holds the whole robot), one step down, 1.3 m to the finish
+(6.5 m from start to finish), at the paper's 1.0 m/s whatever ``--speed`` says; with the map and
+blanked, reported and judged as the course (the same bar). ``--block-only`` drives the block alone
+(no flat sequences, no course; ``--course-only --block`` drives both strips). ``--time-limit``
+applies to every strip driven (default: each strip's length at half its speed). Results: the part
+"20 cm block (the paper's experiment A)" after the course's, the JSON key ``block``.
 """
 
 from __future__ import annotations
@@ -56,12 +65,16 @@ from typing import Any
 
 from aow_policy.fileio import atomic_write_text
 from sim2sim import course_eval
-from sim2sim.course import COURSE_SEED, CourseConfig
+from sim2sim.course import COURSE_SEED, CourseConfig, block_config
 
 STAND_UP_S = 2.0
 # The course every policy drives with --course (issue 16's); one place, so that a test can drive the
 # whole evaluation over a milder course that a scripted policy crosses.
 COURSE = CourseConfig()
+# The block of --block (the paper's experiment A) and its command, the paper's: not --speed, which is
+# the course's. A module constant for the same reason as COURSE.
+BLOCK = block_config()
+BLOCK_SPEED = 1.0
 SEGMENT_S = 15.0
 
 SEQUENCES: dict[str, list[dict[str, Any]]] = {
@@ -294,9 +307,17 @@ def build_parser() -> argparse.ArgumentParser:
         help="run the full-range sequence K more times, its first segment 0.17 s longer each time, and report in "
         "how many runs the robot fell (default 0)",
     )
-    g = p.add_argument_group("terrain course (issue 16)")
+    g = p.add_argument_group("terrain course (issue 16) and 20 cm block (the paper's experiment A)")
     g.add_argument("--course", action="store_true", help="also drive the terrain course, with the map and blanked")
     g.add_argument("--course-only", action="store_true", help="the terrain course only (no flat sequences)")
+    g.add_argument(
+        "--block",
+        action="store_true",
+        help="also drive the 20 cm block at 1.0 m/s (the paper's experiment A), with the map and blanked",
+    )
+    g.add_argument(
+        "--block-only", action="store_true", help="the 20 cm block only (no flat sequences, no terrain course)"
+    )
     lo, hi = course_eval.SPEED_RANGE
     g.add_argument(
         "--speed",
@@ -313,7 +334,7 @@ def build_parser() -> argparse.ArgumentParser:
     g.add_argument(
         "--time-limit",
         type=float,
-        help="seconds of driving per course run (default: the course length at half the speed)",
+        help="seconds of driving per course or block run (default: the strip's length at half its speed)",
     )
     return p
 
@@ -338,22 +359,29 @@ def main(argv: list[str] | None = None) -> int:
         print(f"sim2sim.evaluate: error: --baseline {args.baseline!r} is not one of {list(policies)}", file=sys.stderr)
         return 2
     course = args.course or args.course_only
-    if args.course_only and args.baseline is not None:
-        message = "--baseline compares the flat sequences, which --course-only leaves out"
+    block = args.block or args.block_only
+    if args.block_only and course:
+        message = "--block-only drives the block alone: for both strips, --course-only --block"
         print(f"sim2sim.evaluate: error: {message}", file=sys.stderr)
         return 2
+    for only in ("course_only", "block_only"):
+        if getattr(args, only) and args.baseline is not None:
+            flag = "--" + only.replace("_", "-")
+            message = f"--baseline compares the flat sequences, which {flag} leaves out"
+            print(f"sim2sim.evaluate: error: {message}", file=sys.stderr)
+            return 2
     if course:
         try:
             course_eval.check_speed(args.speed)
         except ValueError as e:
             print(f"sim2sim.evaluate: error: --speed: {e}", file=sys.stderr)
             return 2
-        if args.time_limit is not None and not args.time_limit > 0:
-            print(f"sim2sim.evaluate: error: --time-limit must be positive, got {args.time_limit}", file=sys.stderr)
-            return 2
+    if (course or block) and args.time_limit is not None and not args.time_limit > 0:
+        print(f"sim2sim.evaluate: error: --time-limit must be positive, got {args.time_limit}", file=sys.stderr)
+        return 2
     payload: dict[str, Any] = {}
     table = ""
-    if not args.course_only:
+    if not (args.course_only or args.block_only):
         scores = []
         for name, path in policies.items():
             print(f"evaluating {name} ({path})", flush=True)
@@ -377,9 +405,16 @@ def main(argv: list[str] | None = None) -> int:
             ],
             "bar": checks,
         }
-    if course:
-        course_table, payload["course"] = evaluate_course(policies, args)
-        table = f"{table}\n## Terrain course\n\n{course_table}" if table else course_table
+    # Each strip driven: its part of the markdown under a heading naming it, its JSON key.
+    strips = [("course", COURSE, args.speed, args.seed)] if course else []
+    if block:
+        strips.append(("block", BLOCK, BLOCK_SPEED, COURSE_SEED))  # the block has no random part
+    for key, config, speed, seed in strips:
+        part, payload[key] = evaluate_strip(
+            policies, config, speed, seed=seed, time_limit=args.time_limit, progress=not args.no_progress
+        )
+        heading = f"## {course_eval.strip_title(config)}\n\n{part}"
+        table = f"{table}\n{heading}" if table else heading
     args.out.mkdir(parents=True, exist_ok=True)
     atomic_write_text(args.out / "evaluation.md", table)
     atomic_write_text(args.out / "evaluation.json", json.dumps(payload, indent=2, default=float) + "\n")
@@ -388,33 +423,41 @@ def main(argv: list[str] | None = None) -> int:
     return 0
 
 
-def evaluate_course(policies: dict[str, Path], args: argparse.Namespace) -> tuple[str, dict[str, Any]]:
-    """Each policy over the course with the map and blanked: (markdown, JSON-ready results)."""
+def evaluate_strip(
+    policies: dict[str, Path],
+    config: CourseConfig,
+    speed: float,
+    *,
+    seed: int = COURSE_SEED,
+    time_limit: float | None = None,
+    progress: bool = True,
+) -> tuple[str, dict[str, Any]]:
+    """Each policy over the strip of ``config`` (the course or the block) at ``speed``, with the map
+    and blanked; ``time_limit``: s of driving per run (None: the strip's default).
+    Returns (markdown, JSON-ready results)."""
     runs: dict[str, dict[str, course_eval.CourseRun]] = {}
     course = None
     for name, path in policies.items():
         runs[name] = {}
         for mode in course_eval.MAP_MODES:
-            print(f"driving {name} over the course ({mode})", flush=True)
+            print(f"driving {name} over the {config.layout} ({mode})", flush=True)
             run, course = course_eval.drive_course(
                 path,
-                args.speed,
+                speed,
                 blank_map=mode == "blank",
-                seed=args.seed,
-                time_limit=args.time_limit,
-                course_config=COURSE,
+                seed=seed,
+                time_limit=time_limit,
+                course_config=config,
                 stand_up=STAND_UP_S,
-                progress=not args.no_progress,
+                progress=progress,
             )
             runs[name][mode] = run
     assert course is not None  # at least one policy ran
     checks = {name: course_eval.course_bar(modes["map"], modes["blank"]) for name, modes in runs.items()}
     payload = {
         "description": course.describe(),
-        "speed": args.speed,
-        "time_limit_s": args.time_limit
-        if args.time_limit is not None
-        else course_eval.default_time_limit(course, args.speed),
+        "speed": speed,
+        "time_limit_s": time_limit if time_limit is not None else course_eval.default_time_limit(course, speed),
         "stand_up_s": STAND_UP_S,
         "criteria": {
             "speed_fraction": course_eval.SPEED_FRACTION_BAR,

@@ -77,7 +77,7 @@ class Sim2SimConfig:
     """Everything a run can change; the CLI exposes each field."""
 
     duration: float = 30.0  # s of simulated time, standing up included
-    terrain: str = "flat"  # flat, rough or course
+    terrain: str = "flat"  # flat, rough, course or block
     seed: int | None = None  # terrain generation (None: sim2sim.world.DEFAULT_SEEDS, per terrain)
     stand_up: float = 2.0  # s, the controller's stand-up interpolation
     cmd_vel_hz: float = 50.0
@@ -87,7 +87,9 @@ class Sim2SimConfig:
     topics: Topics = field(default_factory=Topics)
     falls: FallCriteria = field(default_factory=FallCriteria)
     rough: RoughTerrainConfig = field(default_factory=RoughTerrainConfig)
-    course: CourseConfig = field(default_factory=CourseConfig)
+    # The strip of terrain "course" or "block" (of that layout); None: the terrain's own
+    # (sim2sim.course.strip_config), so that terrain="block" alone gives the block.
+    course: CourseConfig | None = None
     controller: Mapping[str, Any] = field(default_factory=dict)  # other ControllerConfig settings
     distro: str = "humble"  # message definitions (typestore) for the bag
     storage: str = "mcap"  # or sqlite3

@@ -13,6 +13,8 @@ collision surface are the same numbers.
 
 The terrain course (:mod:`sim2sim.course`) is the evaluation world of issue 16: slopes, stairs and
 blocks in a row along +x, the robot spawning on its lead-in; ``World.course`` describes its sections.
+The block (the same module's "block" layout) is the source paper's robot experiment A: a 20 cm
+high, 1.2 m long block on the same kind of strip.
 """
 
 from __future__ import annotations
@@ -24,13 +26,14 @@ import numpy as np
 import torch
 
 from aow_policy.robot import Robot
-from sim2sim.course import COURSE_SEED, Course, CourseConfig, generate_course
+from sim2sim.course import COURSE_SEED, LAYOUTS, Course, CourseConfig, generate_course, strip_config
 from training.sim.model import FLOOR, ModelInfo, build_spec, model_info
 from training.sim.terrain import HeightSampler
 
-TERRAINS = ("flat", "rough", "course")
-# The seed each terrain uses when none is given: the course's is one no training run uses by default.
-DEFAULT_SEEDS = {"flat": 0, "rough": 0, "course": COURSE_SEED}
+TERRAINS = ("flat", "rough", *LAYOUTS)  # the strips' terrains are named after their layouts
+# The seed each terrain uses when none is given: the course's is one no training run uses by default
+# (the block has no random part: its seed is unused, the course's for a uniform description).
+DEFAULT_SEEDS = {"flat": 0, "rough": 0, "course": COURSE_SEED, "block": COURSE_SEED}
 
 
 @dataclass(frozen=True)
@@ -89,7 +92,7 @@ class World:
     heights: HeightField
     spawn_xy: tuple[float, float]
     terrain: str
-    course: Course | None = None  # the course's layout (terrain "course" only)
+    course: Course | None = None  # the strip's layout (terrains "course" and "block" only)
 
 
 def _rough_heightfield(
@@ -130,7 +133,8 @@ def build_world(
     """Compile the AoW on ``terrain`` with the given physics step (default: the contract's).
 
     ``seed`` generates rough terrain or the course's blocks (None: the terrain's
-    :data:`DEFAULT_SEEDS` entry)."""
+    :data:`DEFAULT_SEEDS` entry). ``course``: the strip of terrain "course" or "block", of that
+    layout (None: the terrain's own, :func:`sim2sim.course.strip_config`); other terrains ignore it."""
     if terrain not in TERRAINS:
         raise ValueError(f"terrain must be one of {TERRAINS}, got {terrain!r}")
     seed = DEFAULT_SEEDS[terrain] if seed is None else seed
@@ -138,8 +142,8 @@ def build_world(
     if terrain == "rough":
         heights, half, spawn = _rough_heightfield(rough or RoughTerrainConfig(), seed)
         heightfield = (heights, half)
-    elif terrain == "course":
-        layout = generate_course(course, seed)
+    elif terrain in LAYOUTS:
+        layout = generate_course(strip_config(terrain, course), seed)
         heightfield, spawn = layout.mujoco_heightfield(), layout.start
     spec = build_spec(wheeled=True, robot=robot, heightfield=heightfield)
     if physics_dt is not None:
