@@ -29,6 +29,19 @@ def test_shipped_policy_loads_and_runs_against_the_robot_contract(path: Path):
     assert path.stat().st_size < 5 * 2**20
 
 
+@pytest.mark.parametrize("path", POLICIES, ids=[p.parent.name for p in POLICIES])
+def test_shipped_policy_completes_a_short_sim_to_sim_run(path: Path):
+    """A smoke test, not a performance bar (policies/README.md has the measured ones): each shipped
+    policy stands up and drives 3 s of commands on the simulated robot through the deployment
+    runtime, without a controller fault or a fall."""
+    from sim2sim.runner import run
+
+    commands = [{"name": "forward", "duration": 1.5, "vx": 0.5}, {"name": "turn", "duration": 1.5, "yaw_rate": 0.5}]
+    result = run(path, 5.0, commands)
+    assert result.final_state == "POLICY" and not result.fell
+    assert result.policy_start is not None and result.policy_start <= 2.5
+
+
 def test_there_are_shipped_policies():
     assert {p.parent.name for p in POLICIES} >= {"aow_flat_np3o", "aow_flat_ppo"}
 

@@ -23,7 +23,7 @@ runs_from=${RUNS_FROM:-$repo/policies/runs}
 flat_envs=${FLAT_ENVS:-4096}
 rough_envs=${ROUGH_ENVS:-8192}
 read -r -a placement <<< "${PLACEMENT:---device cuda --backend mujoco_warp}"  # PLACEMENT: for a dry run on a CPU
-read -r -a wanted <<< "${RUNS:-flat_style_trip_np3o flat_style_trip_ppo rough_style_np3o rough_style_ppo}"
+read -r -a wanted <<< "${RUNS:-flat_style_stage1_ppo rough_from_flat_np3o rough_style_ppo}"
 kappa=(--set algo_params.kappa_init=0.1 --set algo_params.kappa_max=0.2)
 moving="--env-override rewards.air_time_gate=moving"
 constraint_rewards="--env-override rewards.constraint_rewards=true"
@@ -32,6 +32,7 @@ symmetric="--set network.symmetric_actor=true"
 # (--env-override terminations.joint_speed_trip=2.0) is a second stage from a walking checkpoint:
 # a fresh policy trips within a few steps (policies/configs/aow_flat_np3o.yaml).
 reversals="--env-override commands.reversal_share=0.2"
+trip="--env-override terminations.joint_speed_trip=2.0"
 common=(--save-minutes 2 --no-progress --no-tensorboard)
 mkdir -p "$work" "$out"
 (command -v nvidia-smi >/dev/null && nvidia-smi --query-gpu=timestamp,utilization.gpu,memory.used --format=csv -l 30 \
@@ -55,6 +56,13 @@ spec() {
     flat_style_trip_np3o | flat_style_symmetric_np3o | aow_flat_np3o)
       echo "$flat_envs --config policies/configs/aow_flat_np3o.yaml" ;;
     flat_style_trip_ppo | aow_flat_ppo) echo "$flat_envs --config policies/configs/aow_flat_ppo.yaml" ;;
+    # Session 11: PPO's recipe without the trip from the trip run's weights (stage 1 again: the
+    # trip came before it stepped), and the rough line started from the shipped flat N-P3O
+    # (training.scan_transfer: the same policy at first, the scan's say learned).
+    flat_style_stage1_ppo)
+      echo "$flat_envs --config policies/configs/aow_flat_ppo.yaml --init-from policies/runs/flat_style_trip_ppo/model_289.pt" ;;
+    rough_from_flat_np3o)
+      echo "$rough_envs --task aow_rough_style --algo np3o ${kappa[*]} $moving $symmetric $reversals $trip --init-from policies/aow_flat_np3o/model_250.pt" ;;
     rough_style_np3o) echo "$rough_envs --task aow_rough_style --algo np3o ${kappa[*]} $moving $symmetric $reversals" ;;
     rough_style_ppo)
       echo "$rough_envs --task aow_rough_style --algo ppo $constraint_rewards $moving $symmetric $reversals" ;;
