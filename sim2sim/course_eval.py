@@ -251,12 +251,12 @@ def strip_title(config: CourseConfig) -> str:
 
 def _strip_text(course: Course) -> str:
     """Where the strip's start, obstacles and finish lie (the first words of :func:`markdown`)."""
-    ends = f"finish x {course.finish_x:g} m ({course.length:g} m from the start)"
     if course.config.layout == "block":
         up, down = course.section("block_up").x_start, course.section("block_down").x_start
         return (
             f"{strip_title(course.config)}: start x {course.start[0]:g} m, block from x {up:g} to {down:g} m "
-            f"({round(down - up, 9):g} m), {ends}; {course.resolution:g} m height samples."
+            f"({round(down - up, 9):g} m), finish x {course.finish_x:g} m ({course.length:g} m from the start); "
+            f"{course.resolution:g} m height samples."
         )
     sections = ", ".join(f"{s.name} {s.x_start:g} – {s.x_end:g}" for s in course.sections)
     return (

@@ -127,10 +127,8 @@ def add_height_scan(
         _grow_trunk(grown, own, prefix, src.dim)
     # A symmetric actor's mirror maps the grown observation: the model's own (the runner sets it).
     grown.update({k: own[k] for k in own if k.startswith("actor.mirror_")})
+    # Cost critics of another group count are left as they are: the caller starts those fresh.
     key = "cost_critics.params"
-    if key in grown and key in own and grown[key].shape[0] == own[key].shape[0]:
-        if target["critic"].has(SCAN):
-            grown[key] = _grow_cost_critics(grown[key], model.cost_critics, source["critic"].dim)
-    elif key in own:
-        grown[key] = own[key]
+    if key in grown and key in own and grown[key].shape[0] == own[key].shape[0] and target["critic"].has(SCAN):
+        grown[key] = _grow_cost_critics(grown[key], model.cost_critics, source["critic"].dim)
     return grown
