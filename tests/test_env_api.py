@@ -143,3 +143,40 @@ def test_observation_order_and_scales_come_from_the_config():
 
 def _scales() -> dict[str, float]:
     return dict(task_config("aow_flat").observations.scales)
+
+
+def test_hip_range_reward_is_the_hip_position_constraint_as_a_penalty():
+    """``hip_range`` pays 1 on a step where any hip is outside its range, else 0: the hip_position
+    cost's definition, hand-set joint positions (inside, at the limit, 0.01 rad past either end)."""
+    env = make_env("aow_flat_style", 4, **{"rewards.weights.hip_range": -1.0})
+    try:
+        env.reset()
+        k = env.reward_names.index("hip_range")
+        weights = dict(zip(env.reward_names, env.reward_weights.tolist(), strict=True))
+        assert weights["hip_range"] == pytest.approx(-1.0 * env.dt)
+        s = env.sim.state()
+        hips = env.hip_ids
+        lo, hi = env.pos_lower[hips], env.pos_upper[hips]
+        q = s.joint_pos.clone()
+        q[:, hips] = 0.0  # robot 0: every hip inside
+        q[1, hips] = hi  # robot 1: every hip exactly at its upper limit (not outside)
+        q[2, hips[3]] = hi[3] + 0.01  # robot 2: one hip past its upper limit
+        q[3, hips[0]] = lo[0] - 0.01  # robot 3: one hip past its lower limit
+        s.joint_pos = q
+        gravity = torch.tensor([0.0, 0.0, -1.0]).expand(4, 3)
+        terms = env._reward_terms(s, s.base_pos[:, 2], gravity)
+        assert terms[:, k].tolist() == [0.0, 0.0, 1.0, 1.0]
+        # The same steps as the hip_position cost sees them.
+        costs, _ = env._cost_terms(s)
+        assert costs[:, env.cost_names.index("hip_position")].tolist() == [0.0, 0.0, 1.0, 1.0]
+    finally:
+        env.close()
+    assert "hip_range" not in make_env_reward_names("aow_flat_style")  # off unless a config names it
+
+
+def make_env_reward_names(task: str) -> list[str]:
+    env = make_env(task, 1)
+    try:
+        return list(env.reward_names)
+    finally:
+        env.close()

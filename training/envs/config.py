@@ -174,6 +174,11 @@ STYLE_REWARDS = {
     "ang_vel_xy": -0.05,
     "orientation": -5.0,
     "action_rate": -0.01,
+    # The hip-position constraint c_q as a penalty: 1 on every step any hip is outside its range
+    # (the same definition as the hip_position cost). For a PPO reference policy: Table I's
+    # squared position-limit overrun barely sees a leg held against its limit, where PPO's
+    # sideways stance sat (issue 23).
+    "hip_range": -1.0,
 }
 CONSTRAINT_REWARDS = {
     # Table I, "constraint rewards": the PPO baseline's penalties, removed for the CMDP.

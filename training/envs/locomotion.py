@@ -352,6 +352,11 @@ class LocomotionEnv:
                 v = rew.lower_limit_overrun_squared(s.joint_pos, self.pos_lower)
             elif name == "body_contact":
                 v = rew.body_contact_count(s.contacts)
+            elif name == "hip_range":
+                hips = self.hip_ids
+                v = cst.position_range_cost(
+                    s.joint_pos[:, hips], self.pos_lower[hips], self.pos_upper[hips], CostType.INDICATOR
+                )
             elif name == "feet_air_time":
                 gate = gait.air_time_gate(self.commands, cfg.air_time_gate)
                 v = gait.feet_air_time(self.landed_air_time, cfg.air_time_target, gate)
