@@ -232,6 +232,10 @@ class LocomotionEnv:
         self.episode_costs = torch.zeros(n, len(self.cost_names), **z)
         self.episode_violations = torch.zeros(n, len(self.cost_names), **z)
         self.origins = torch.zeros(n, 3, **z)
+        # Episode sums for the terrain curriculum's "along_command" distance: metres made good
+        # along the commanded direction (capped at the commanded speed) and metres asked for.
+        self.progress_along_command = torch.zeros(n, **z)
+        self.commanded_path = torch.zeros(n, **z)
         self.common_step = 0
         c = self.robot.commands
         ranges = {"lin_vel_x": c.lin_vel_x, "lin_vel_y": c.lin_vel_y, "ang_vel_yaw": c.ang_vel_yaw}
@@ -462,6 +466,8 @@ class LocomotionEnv:
         self.last_joint_vel[ids] = joint_vel
         self.episode_length[ids] = 0
         self.steps_since_reset[ids] = 0
+        self.progress_along_command[ids] = 0.0
+        self.commanded_path[ids] = 0.0
         self.episode_rewards[ids] = 0.0
         self.episode_costs[ids] = 0.0
         self.episode_violations[ids] = 0.0
@@ -471,6 +477,16 @@ class LocomotionEnv:
             self.delayed[ids] = self._rand(n) < dr.latency_probability
         if dr.braked_wheels_share > 0:  # drawn only when on: other runs keep their random streams
             self.wheels_braked[ids] = self._rand(n) < dr.braked_wheels_share
+
+    def _accumulate_progress(self, s: SimState) -> None:
+        """Adds this step's progress along the command (the base velocity's component along the
+        commanded horizontal direction, clipped to [0, commanded speed]) and the commanded path."""
+        command = self.commands[:, :2]
+        speed = command.norm(dim=-1)
+        direction = command / speed.clamp(min=1e-6)[:, None]
+        along = (s.base_lin_vel[:, :2] * direction).sum(-1).clamp(min=0.0)
+        self.progress_along_command += torch.minimum(along, speed) * self.dt
+        self.commanded_path += speed * self.dt
 
     @property
     def sim_standing_height(self) -> float:
@@ -504,6 +520,7 @@ class LocomotionEnv:
         self.episode_length += 1
         self.steps_since_reset += 1
         self.common_step += 1
+        self._accumulate_progress(s)
 
         # Commands on their timer (and heading control).
         resample = (self.steps_since_reset % self.resample_steps == 0).nonzero().squeeze(-1)
@@ -559,8 +576,11 @@ class LocomotionEnv:
                 infos["terminal_obs"] = {k: torch.nan_to_num(v) for k, v in obs.items()} if failed_sim.any() else obs
             infos["episode"] = self._episode_info(done_ids, failed_sim)
             if self.curriculum is not None:
-                dist = (s.base_pos[done_ids, :2] - self.origins[done_ids, :2]).norm(dim=-1)
-                asked = self.commands[done_ids, :2].norm(dim=-1) * self.steps_since_reset[done_ids] * self.dt
+                if self.cfg.terrain.curriculum_distance == "along_command":
+                    dist, asked = self.progress_along_command[done_ids], self.commanded_path[done_ids]
+                else:  # legged_gym's: net displacement against the last command held all episode
+                    dist = (s.base_pos[done_ids, :2] - self.origins[done_ids, :2]).norm(dim=-1)
+                    asked = self.commands[done_ids, :2].norm(dim=-1) * self.steps_since_reset[done_ids] * self.dt
                 self.curriculum.update(done_ids, dist, asked, terminated[done_ids])
             self._reset_envs(done_ids)
             fresh = self._observe(self.sim.state(), done_ids)
@@ -616,10 +636,12 @@ class LocomotionEnv:
         "last_foot_contact",
         "landed_air_time",
         "wheels_braked",
+        "progress_along_command",
+        "commanded_path",
     )
     # Buffers added after checkpoints with the whole state were first written: absent from such a
     # checkpoint, they keep their initial value (the lever they belong to was off then).
-    _EXACT_BUFFERS_OPTIONAL = frozenset({"wheels_braked"})
+    _EXACT_BUFFERS_OPTIONAL = frozenset({"wheels_braked", "progress_along_command", "commanded_path"})
 
     @property
     def resume_exact(self) -> bool:

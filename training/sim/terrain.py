@@ -27,6 +27,9 @@ TERRAIN_GEOM = FLOOR  # the ground geom's name, whatever its shape (training.sim
 SUB_TERRAINS = ("flat", "bumps", "slope_up", "slope_down", "stairs_up", "stairs_down", "blocks")
 
 
+CURRICULUM_DISTANCES = ("displacement", "along_command")
+
+
 @dataclass
 class TerrainConfig:
     kind: str = "plane"  # "plane" or "rough"
@@ -59,6 +62,13 @@ class TerrainConfig:
     # curriculum
     curriculum: bool = True
     max_init_level: int = 4
+    # What an episode's walking is judged by (up a row past half a tile, down below half of what
+    # was asked): "displacement", legged_gym's net distance from the spawn point against the last
+    # command held for the whole episode; or "along_command", the metres made good along each
+    # step's commanded direction (capped at its speed) against the metres commanded. With
+    # commands redrawn every few seconds, reversed, sideways or turning in place, net displacement
+    # is a random walk that says little about the terrain (issue 23).
+    curriculum_distance: str = "displacement"
     friction: float = 1.0
 
     def validate(self) -> None:
@@ -70,6 +80,10 @@ class TerrainConfig:
         for name in ("tile_size", "horizontal_scale", "platform_size", "step_width", "bump_resolution"):
             if not getattr(self, name) > 0:
                 raise ValueError(f"terrain.{name}: must be positive, got {getattr(self, name)}")
+        if self.curriculum_distance not in CURRICULUM_DISTANCES:
+            raise ValueError(
+                f"terrain.curriculum_distance: expected one of {CURRICULUM_DISTANCES}, got {self.curriculum_distance!r}"
+            )
         if self.border < 0:
             raise ValueError(f"terrain.border: must not be negative, got {self.border}")
         unknown = set(self.proportions) - set(SUB_TERRAINS)
