@@ -114,6 +114,30 @@ def test_env_override_reaches_the_task(tmp_path):
     assert len(r.model.cost_critics) == 0  # PPO trains no cost critics
 
 
+def test_cli_env_override_of_one_dict_entry_keeps_the_others():
+    """``--env-override rewards.weights.hip_range=-1`` on top of a config file adds that weight
+    and keeps every other (a nested {'weights': {...}} would replace the task's whole dict)."""
+    from training.envs import task_config
+    from training.train import build_parser, config_from_args
+
+    args = build_parser().parse_args(
+        [
+            "--config",
+            "policies/configs/aow_flat_ppo.yaml",
+            "--env-override",
+            "rewards.weights.hip_range=-1.0",
+            "--env-override",
+            "commands.reversal_share=0.3",
+        ]
+    )
+    cfg = config_from_args(args)
+    task = task_config(cfg.task, **cfg.env_overrides)
+    plain = task_config(cfg.task)
+    assert task.rewards.weights == {**plain.rewards.weights, "hip_range": -1.0}
+    assert task.rewards.constraint_rewards is True  # the config file's own overrides stay
+    assert task.commands.reversal_share == 0.3
+
+
 # ---- checkpoints and resume ---------------------------------------------------------------------
 
 

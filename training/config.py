@@ -459,8 +459,8 @@ def save_config_yaml(cfg: TrainConfig, path: str | os.PathLike[str]) -> Path:
     return atomic_write_text(path, yaml.safe_dump(cfg.to_dict(), sort_keys=False))
 
 
-def apply_override(cfg_dict: dict[str, Any], assignment: str) -> None:
-    """Apply ``a.b.c=value`` (value parsed as YAML) to a config dict in place."""
+def parse_assignment(assignment: str) -> tuple[str, Any]:
+    """``a.b.c=value`` as (``"a.b.c"``, the value parsed as YAML)."""
     if "=" not in assignment:
         raise ConfigError(f"override {assignment!r}: expected KEY=VALUE, e.g. ppo.learning_rate=3e-4")
     key, raw = assignment.split("=", 1)
@@ -468,7 +468,21 @@ def apply_override(cfg_dict: dict[str, Any], assignment: str) -> None:
         value = yaml.safe_load(raw)
     except yaml.YAMLError as e:
         raise ConfigError(f"override {key}: cannot parse value {raw!r} ({e})") from None
-    parts = key.strip().split(".")
+    return key.strip(), value
+
+
+def add_env_override(env_overrides: dict[str, Any], assignment: str) -> None:
+    """Record ``a.b.c=value`` in a run's ``env_overrides`` under its dotted path. Kept as a path,
+    not nested: the task applies a nested dict to a plain dict field (``rewards.weights``) as the
+    whole new dict, so ``rewards.weights.hip_range=-1`` nested would drop every other weight."""
+    key, value = parse_assignment(assignment)
+    env_overrides[key] = value
+
+
+def apply_override(cfg_dict: dict[str, Any], assignment: str) -> None:
+    """Apply ``a.b.c=value`` (value parsed as YAML) to a config dict in place."""
+    key, value = parse_assignment(assignment)
+    parts = key.split(".")
     node = cfg_dict
     for p in parts[:-1]:
         nxt = node.get(p)

@@ -26,7 +26,14 @@ from pathlib import Path
 
 from training.algorithms import ALGORITHMS
 from training.checkpoint import CheckpointError, latest_checkpoint, load_checkpoint
-from training.config import PLACEMENT_FIELDS, ConfigError, TrainConfig, apply_override, load_config_yaml
+from training.config import (
+    PLACEMENT_FIELDS,
+    ConfigError,
+    TrainConfig,
+    add_env_override,
+    apply_override,
+    load_config_yaml,
+)
 from training.distributed import init_distributed, shutdown_distributed
 
 # CLI flag -> config field (flags default to None so that "given" can be told from "default").
@@ -141,7 +148,7 @@ def config_from_args(args: argparse.Namespace) -> TrainConfig:
     for assignment in args.set:
         apply_override(data, assignment)
     for assignment in args.env_override:
-        apply_override(data.setdefault("env_overrides", {}), assignment)
+        add_env_override(data.setdefault("env_overrides", {}), assignment)
     return TrainConfig.from_dict(data)
 
 
