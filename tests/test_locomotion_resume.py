@@ -1,7 +1,8 @@
 """Issue 23: a locomotion run stopped by its time budget and resumed reaches the same learning
 state as one run straight through, with the new MDP terms on (air time, command modes, style
-rewards, only-positive rewards, command reversals, the joint-speed trip): the C MuJoCo
-simulation and every per-env buffer are saved."""
+rewards, only-positive rewards, command reversals, the joint-speed trip, the hip-range penalty,
+the terrain curriculum by progress along the command): the C MuJoCo simulation and every per-env
+buffer are saved."""
 
 from __future__ import annotations
 
@@ -21,6 +22,21 @@ TINY = [
 ]
 
 
+# Task-specific levers on top of the common ones.
+EXTRA = {
+    "aow_flat_style": {"rewards.weights.hip_range": -1.0},
+    "anymal_flat_legged_gym": {},
+    "aow_rough_style": {
+        "terrain.num_rows": 3,
+        "terrain.num_cols": 2,
+        "terrain.tile_size": 4.0,
+        "terrain.border": 2.0,
+        "terrain.curriculum_distance": "along_command",
+        "terrain.max_init_level": 2,
+    },
+}
+
+
 def _config(task: str, iterations: int) -> TrainConfig:
     data = TrainConfig(
         task=task, algo="np3o", num_envs=4, num_steps_per_env=16, iterations=iterations, save_interval=100
@@ -35,11 +51,12 @@ def _config(task: str, iterations: int) -> TrainConfig:
         "sim.num_threads": 1,
         "commands.reversal_share": 0.5,  # draws from the env's generator on every timed resample
         "terminations.joint_speed_trip": 2.0,
+        **EXTRA[task],
     }
     return TrainConfig.from_dict(data)
 
 
-@pytest.mark.parametrize("task", ["aow_flat_style", "anymal_flat_legged_gym"])
+@pytest.mark.parametrize("task", list(EXTRA))
 def test_time_bounded_run_resumed_equals_a_straight_run(tmp_path, task):
     torch.set_num_threads(1)
     straight = Runner(_config(task, 3), tmp_path / "straight", progress=False, tensorboard=False)
@@ -59,8 +76,14 @@ def test_time_bounded_run_resumed_equals_a_straight_run(tmp_path, task):
     for pa, pb in zip(a["optimizer"]["state"].values(), b["optimizer"]["state"].values(), strict=True):
         assert torch.equal(pa["exp_avg"], pb["exp_avg"]) and torch.equal(pa["exp_avg_sq"], pb["exp_avg_sq"])
     ea, eb = a["runner_state"]["ranks"][0]["env"]["exact"], b["runner_state"]["ranks"][0]["env"]["exact"]
-    for name in ("feet_air_time", "commands", "episode_rewards", "last_actions"):
+    for name in ("feet_air_time", "commands", "episode_rewards", "last_actions", "progress_along_command"):
         assert torch.equal(ea[name], eb[name]), name
+    if task == "aow_rough_style":
+        assert torch.equal(
+            a["runner_state"]["ranks"][0]["env"]["terrain_levels"],
+            b["runner_state"]["ranks"][0]["env"]["terrain_levels"],
+        )
+        assert float(ea["commanded_path"].max()) > 0  # the sums ran
     assert torch.equal(ea["sim"]["integration"], eb["sim"]["integration"])
     metrics_a = (tmp_path / "straight" / "metrics.jsonl").read_text().splitlines()
     metrics_b = (tmp_path / "stopped" / "metrics.jsonl").read_text().splitlines()
