@@ -148,6 +148,7 @@ class LocomotionEnv:
         self.pos_upper = self._t(robot.position_upper[idx])
         hip_names = [robot.joint_names[i] for i in robot.hip_joint_indices]
         self.hip_ids = self._t([self.joint_names.index(n) for n in hip_names], torch.long)
+        self.hip_lower, self.hip_upper = self.pos_lower[self.hip_ids], self.pos_upper[self.hip_ids]
         leg_speed = self.speed_limits[self.leg_ids]
         self.rate_threshold, self.second_rate_threshold = cst.smoothness_thresholds(leg_speed, self.dt)
         self.terminal_contacts = torch.as_tensor(self.sim.terminal_contacts, device=self.device)
@@ -236,6 +237,10 @@ class LocomotionEnv:
         # along the commanded direction (capped at the commanded speed) and metres asked for.
         self.progress_along_command = torch.zeros(n, **z)
         self.commanded_path = torch.zeros(n, **z)
+        # Summed only where the curriculum reads them (not on every step of every task).
+        self._curriculum_by_progress = (
+            self.curriculum is not None and self.cfg.terrain.curriculum_distance == "along_command"
+        )
         self.common_step = 0
         c = self.robot.commands
         ranges = {"lin_vel_x": c.lin_vel_x, "lin_vel_y": c.lin_vel_y, "ang_vel_yaw": c.ang_vel_yaw}
@@ -357,9 +362,8 @@ class LocomotionEnv:
             elif name == "body_contact":
                 v = rew.body_contact_count(s.contacts)
             elif name == "hip_range":
-                hips = self.hip_ids
                 v = cst.position_range_cost(
-                    s.joint_pos[:, hips], self.pos_lower[hips], self.pos_upper[hips], CostType.INDICATOR
+                    s.joint_pos[:, self.hip_ids], self.hip_lower, self.hip_upper, CostType.INDICATOR
                 )
             elif name == "feet_air_time":
                 gate = gait.air_time_gate(self.commands, cfg.air_time_gate)
@@ -401,7 +405,7 @@ class LocomotionEnv:
                 f = c if ctype is CostType.INDICATOR else any_over(values, limits).float()
             elif kind == "hip_position":
                 q = s.joint_pos[:, self.hip_ids]
-                lo, hi = self.pos_lower[self.hip_ids], self.pos_upper[self.hip_ids]
+                lo, hi = self.hip_lower, self.hip_upper
                 c = cst.position_range_cost(q, lo, hi, ctype)
                 f = c if ctype is CostType.INDICATOR else outside_range(q, lo, hi).any(-1).float()
             else:  # body_contact
@@ -520,7 +524,8 @@ class LocomotionEnv:
         self.episode_length += 1
         self.steps_since_reset += 1
         self.common_step += 1
-        self._accumulate_progress(s)
+        if self._curriculum_by_progress:
+            self._accumulate_progress(s)
 
         # Commands on their timer (and heading control).
         resample = (self.steps_since_reset % self.resample_steps == 0).nonzero().squeeze(-1)
@@ -576,7 +581,7 @@ class LocomotionEnv:
                 infos["terminal_obs"] = {k: torch.nan_to_num(v) for k, v in obs.items()} if failed_sim.any() else obs
             infos["episode"] = self._episode_info(done_ids, failed_sim)
             if self.curriculum is not None:
-                if self.cfg.terrain.curriculum_distance == "along_command":
+                if self._curriculum_by_progress:
                     dist, asked = self.progress_along_command[done_ids], self.commanded_path[done_ids]
                 else:  # legged_gym's: net displacement against the last command held all episode
                     dist = (s.base_pos[done_ids, :2] - self.origins[done_ids, :2]).norm(dim=-1)
