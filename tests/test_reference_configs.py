@@ -37,21 +37,34 @@ def test_flat_recipe(algo):
         assert (cfg.algo_params.kappa_init, cfg.algo_params.kappa_max) == (0.1, 0.2)
 
 
-def test_the_shipped_np3o_policy_was_trained_with_the_recipe_and_its_stage_2():
-    """policies/aow_flat_np3o's saved config is the recipe with the trip on (stage 2), and its
+SHIPPED = {"np3o": ("aow_flat_np3o", 250), "ppo": ("aow_flat_ppo", 82)}
+
+
+@pytest.mark.parametrize("algo", ["np3o", "ppo"])
+def test_the_shipped_policy_was_trained_with_the_recipe_and_its_stage_2(algo):
+    """Each shipped flat policy's saved config is its recipe with the trip on (stage 2), and its
     checkpoint and ONNX contract name the same task, algorithm and iteration."""
     from training.checkpoint import load_checkpoint
 
-    shipped = Path(__file__).resolve().parents[1] / "policies" / "aow_flat_np3o"
-    recipe = load_config_yaml(CONFIGS / "aow_flat_np3o.yaml")
+    folder, iteration = SHIPPED[algo]
+    shipped = Path(__file__).resolve().parents[1] / "policies" / folder
+    recipe = load_config_yaml(CONFIGS / f"aow_flat_{algo}.yaml")
     cfg = load_config_yaml(shipped / "config.yaml")
     assert (cfg.task, cfg.algo, cfg.num_envs) == (recipe.task, recipe.algo, recipe.num_envs)
-    assert cfg.network == recipe.network and cfg.algo_params.kappa_max == recipe.algo_params.kappa_max
+    assert cfg.network == recipe.network and cfg.algo_params == recipe.algo_params
+    assert cfg.ppo == recipe.ppo  # PPO's entropy bonus held at 0.001 (the recipe says why)
     task, recipe_task = task_config(cfg.task, **cfg.env_overrides), task_config(recipe.task, **recipe.env_overrides)
     assert task.rewards == recipe_task.rewards and task.commands == recipe_task.commands
     assert task.terminations.joint_speed_trip == ControllerConfig().joint_velocity_factor
-    ckpt = load_checkpoint(shipped / "model_250.pt")
-    assert (ckpt["iteration"], ckpt["config"]["task"], ckpt["config"]["algo"]) == (250, "aow_flat_style", "np3o")
+    ckpt = load_checkpoint(shipped / f"model_{iteration}.pt")
+    assert (ckpt["iteration"], ckpt["config"]["task"], ckpt["config"]["algo"]) == (iteration, "aow_flat_style", algo)
     assert "runner_state" not in ckpt  # stripped: the simulation state only --resume reads
     contract = (shipped / "policy.yaml").read_text()
-    assert "task: aow_flat_style, algorithm: np3o, iteration: 250" in contract
+    assert f"task: aow_flat_style, algorithm: {algo}, iteration: {iteration}" in contract
+
+
+def test_the_ppo_recipe_adds_the_hip_range_penalty_to_the_full_reward_set():
+    """The recipe's dotted key adds one weight: every other Table I / style weight is kept."""
+    cfg = load_config_yaml(CONFIGS / "aow_flat_ppo.yaml")
+    task, plain = task_config(cfg.task, **cfg.env_overrides), task_config(cfg.task)
+    assert task.rewards.weights == {**plain.rewards.weights, "hip_range": -1.0}

@@ -115,7 +115,7 @@ def test_env_override_reaches_the_task(tmp_path):
 
 
 def test_cli_env_override_of_one_dict_entry_keeps_the_others():
-    """``--env-override rewards.weights.hip_range=-1`` on top of a config file adds that weight
+    """``--env-override rewards.weights.hip_range=-2`` on top of a config file sets that weight
     and keeps every other (a nested {'weights': {...}} would replace the task's whole dict)."""
     from training.envs import task_config
     from training.train import build_parser, config_from_args
@@ -125,7 +125,7 @@ def test_cli_env_override_of_one_dict_entry_keeps_the_others():
             "--config",
             "policies/configs/aow_flat_ppo.yaml",
             "--env-override",
-            "rewards.weights.hip_range=-1.0",
+            "rewards.weights.hip_range=-2.0",
             "--env-override",
             "commands.reversal_share=0.3",
         ]
@@ -133,7 +133,7 @@ def test_cli_env_override_of_one_dict_entry_keeps_the_others():
     cfg = config_from_args(args)
     task = task_config(cfg.task, **cfg.env_overrides)
     plain = task_config(cfg.task)
-    assert task.rewards.weights == {**plain.rewards.weights, "hip_range": -1.0}
+    assert task.rewards.weights == {**plain.rewards.weights, "hip_range": -2.0}
     assert task.rewards.constraint_rewards is True  # the config file's own overrides stay
     assert task.commands.reversal_share == 0.3
 
