@@ -47,7 +47,7 @@ mean speed. ``--course-only`` leaves the flat sequences out. Results go into the
 With ``--block`` each policy also drives the source paper's robot experiment A, "traversing a 20 cm
 high block with 1.0 m/s command to the front": a 4 m run-up, one 20 cm step up onto a 1.2 m long
 block (the paper gives no length: 1.2 m holds the whole robot), one step down, 1.3 m to the finish
-(6.5 m from start to finish), at the paper's 1.0 m/s whatever ``--speed`` says; with the map and
+(6.5 m from start to finish), at the paper's 1.0 m/s (``--speed`` is the course's, refused without it); with the map and
 blanked, reported and judged as the course (the same bar). ``--block-only`` drives the block alone
 (no flat sequences, no course; ``--course-only --block`` drives both strips). ``--time-limit``
 applies to every strip driven (default: each strip's length at half its speed). Results: the part
@@ -322,8 +322,8 @@ def build_parser() -> argparse.ArgumentParser:
     g.add_argument(
         "--speed",
         type=float,
-        default=course_eval.DEFAULT_SPEED,
-        help=f"commanded forward speed on the course, m/s ({lo:.1f} - {hi:.1f}; default %(default)s)",
+        help=f"commanded forward speed on the course, m/s ({lo:.1f} - {hi:.1f}; default "
+        f"{course_eval.DEFAULT_SPEED}); the block runs at the paper's 1.0 m/s",
     )
     g.add_argument(
         "--seed",
@@ -370,6 +370,14 @@ def main(argv: list[str] | None = None) -> int:
             message = f"--baseline compares the flat sequences, which {flag} leaves out"
             print(f"sim2sim.evaluate: error: {message}", file=sys.stderr)
             return 2
+    if args.speed is not None and not course:
+        # The block's speed is the paper's experiment; a --speed that nothing would use is refused
+        # rather than silently dropped.
+        message = "--speed sets the terrain course's speed (--course); the block runs at the paper's 1.0 m/s"
+        print(f"sim2sim.evaluate: error: {message}", file=sys.stderr)
+        return 2
+    if args.speed is None:
+        args.speed = course_eval.DEFAULT_SPEED
     if course:
         try:
             course_eval.check_speed(args.speed)

@@ -127,14 +127,14 @@ def test_aow_sim2sim_drives_the_block(capsys):
 
 
 def test_evaluate_block_only_end_to_end(tmp_path, monkeypatch):
-    """--block-only over a 5 cm block at the block's fixed 1.0 m/s (--speed 0.5 is the course's and is
-    not used): the relief roller crosses with the map and blanked, faster where its map shows the
-    block, so blanked is measurably worse and the bar passes; no flat part, no course."""
+    """--block-only over a 5 cm block at the block's fixed 1.0 m/s: the relief roller crosses with
+    the map and blanked, faster where its map shows the block, so blanked is measurably worse and the
+    bar passes; no flat part, no course."""
     monkeypatch.setattr(evaluate, "BLOCK", MILD_BLOCK)
     monkeypatch.setattr(evaluate, "STAND_UP_S", 0.5)
     relief = relief_roller_policy(tmp_path / "relief.onnx", relief_boost=4.0)
     out = tmp_path / "eval"
-    argv = ["--block-only", "--policy", f"relief={relief}", "--speed", "0.5", "--out", str(out), "--no-progress"]
+    argv = ["--block-only", "--policy", f"relief={relief}", "--out", str(out), "--no-progress"]
     assert evaluate.main(argv) == 0
     data = json.loads((out / "evaluation.json").read_text())
     assert set(data) == {"block"}  # neither the flat sequences nor the course
@@ -194,6 +194,9 @@ def test_evaluate_block_arguments_and_help(tmp_path, capsys):
     assert "--baseline compares the flat sequences, which --block-only leaves out" in err
     assert evaluate.main(["--block-only", "--course", "--policy", policy, "--out", str(tmp_path)]) == 2
     assert "--block-only drives the block alone" in capsys.readouterr().err
+    for strips in (["--block-only"], ["--block"]):  # a --speed nothing would use is refused, not dropped
+        assert evaluate.main([*strips, "--speed", "0.5", "--policy", policy, "--out", str(tmp_path)]) == 2
+        assert "--speed sets the terrain course's speed (--course)" in capsys.readouterr().err
     assert evaluate.main(["--block", "--time-limit", "0", "--policy", policy, "--out", str(tmp_path)]) == 2
     assert "--time-limit must be positive" in capsys.readouterr().err
     assert not (tmp_path / "evaluation.md").exists()
