@@ -60,6 +60,44 @@ def test_curves_draw_only_the_named_constraints_and_refuse_unknown_ones(tmp_path
     assert "unknown constraint(s) ['joint_sped']" in capsys.readouterr().err
 
 
+def test_rough_runs_get_a_terrain_level_row_with_one_line_per_sub_terrain_kind(tmp_path, monkeypatch) -> None:
+    """A run with a terrain curriculum: the figure has a third row, the mean level and one line
+    per sub-terrain kind in the metrics; a flat run beside it draws none there."""
+    rough, flat = tmp_path / "rough", tmp_path / "flat"
+    base = {"mean_reward": 1.0, "mean_episode_length": 5.0, "episode/violations/joint_speed": 3.0}
+    levels = {"episode/terrain_level": 3.0, "episode/terrain_level/stairs_up": 2.0, "episode/terrain_level/bumps": 5.0}
+    for run, extra in ((rough, levels), (flat, {})):
+        run.mkdir()
+        rows = [{"iteration": i, **base, **extra} for i in range(5)]
+        (run / "metrics.jsonl").write_text("\n".join(json.dumps(r) for r in rows) + "\n")
+    import matplotlib.axes
+    import matplotlib.figure
+
+    drawn: list[str] = []
+    original_plot = matplotlib.axes.Axes.plot
+
+    def recording_plot(self, *args, label=None, **kwargs):
+        drawn.append(str(label))
+        return original_plot(self, *args, label=label, **kwargs)
+
+    monkeypatch.setattr(matplotlib.axes.Axes, "plot", recording_plot)
+    shapes: list[tuple[int, int]] = []
+    original_subplots = matplotlib.figure.Figure.subplots
+
+    def recording_subplots(self, nrows=1, ncols=1, **kwargs):
+        shapes.append((nrows, ncols))
+        return original_subplots(self, nrows, ncols, **kwargs)
+
+    monkeypatch.setattr(matplotlib.figure.Figure, "subplots", recording_subplots)
+    out = tmp_path / "curves.png"
+    assert main([f"r={rough}", f"f={flat}", "--out", str(out)]) == 0
+    assert shapes == [(3, 2)]
+    assert {"r bumps", "r stairs_up"} <= set(drawn)  # one line per kind, each labelled
+    assert drawn.count("r") == 4 and drawn.count("f") == 3  # reward, violations, length; r's mean level
+    assert main([f"f={flat}", "--out", str(out)]) == 0
+    assert shapes[-1] == (2, 2)  # no curriculum, no third row
+
+
 def test_environment_steps_follow_the_segments_of_a_resumed_run(tmp_path):
     """A run resumed with another number of environments: 2 iterations at 4096 envs, then 3 at
     2048, 24 steps each; the x axis in steps counts each stretch with its own width."""

@@ -209,10 +209,12 @@ def test_curriculum_in_env_after_long_walk_and_fall():
             torch.zeros(2, env.num_actions),
         )
         env.episode_length[0] = env.max_episode_length - 1
+        by_kind = env.curriculum.mean_level_by_kind()  # the levels the ending episodes were on
         _, _, _, dones, infos = env.step(zero)
         assert dones.tolist() == [True, True] and infos["time_outs"].tolist() == [True, False]
         assert env.curriculum.levels.tolist() == [2, 0]
         assert "terrain_level" in infos["episode"]
+        assert by_kind and all(infos["episode"][f"terrain_level/{k}"] == v for k, v in by_kind.items())
     finally:
         env.close()
 

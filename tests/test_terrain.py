@@ -221,6 +221,27 @@ def test_curriculum_spreads_types_and_caps_initial_level():
     assert sorted(set(cur.types.tolist())) == list(range(terrain.num_cols))
 
 
+def test_curriculum_reports_the_mean_level_of_each_sub_terrain_kind():
+    """SMALL's 7 columns are bumps, slope_up, slope_down, stairs_up, stairs_down, stairs_down,
+    blocks; 14 robots, two per column, levels 0, 1, 2, 3, 0, 1, ... by hand. The two stairs_down
+    columns are one kind."""
+    terrain = Terrain.generate(SMALL)
+    cur = TerrainCurriculum(terrain, num_envs=14, max_init_level=1)
+    assert cur.types.tolist() == [0, 0, 1, 1, 2, 2, 3, 3, 4, 4, 5, 5, 6, 6]
+    cur.levels[:] = torch.arange(14) % 4
+    assert cur.mean_level_by_kind() == {
+        "bumps": 0.5,  # levels 0, 1
+        "slope_up": 2.5,  # 2, 3
+        "slope_down": 0.5,  # 0, 1
+        "stairs_up": 2.5,  # 2, 3
+        "stairs_down": 1.5,  # 0, 1 and 2, 3
+        "blocks": 0.5,  # 0, 1
+    }
+    assert cur.mean_level() == pytest.approx(19 / 14)  # (0 + 1 + 2 + 3) x 3 + 0 + 1 over 14
+    few = TerrainCurriculum(terrain, num_envs=3, max_init_level=1)  # kinds without robots are left out
+    assert set(few.mean_level_by_kind()) == {terrain.types[j] for j in few.types.tolist()}
+
+
 def test_trimesh_is_the_same_surface(rough):
     """The mesh handed to mesh-based simulators (Isaac Gym) interpolates like MuJoCo's field."""
     terrain, model, _ = rough

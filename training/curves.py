@@ -5,8 +5,10 @@ changed their number of environments on resume, per ``segments.jsonl``, stay com
 per run: episode reward; the task-reward
 terms (velocity and yaw-rate tracking, per episode); violations per episode of every constraint
 (summed; per constraint with ``--per-constraint``, limited to some with ``--constraints``);
-episode length. One colour per run; with several runs, one line style per constraint. Read from each run's
-``metrics.jsonl`` (written by the runner), so it works on finished, running and copied runs.
+episode length. Runs on rough terrain (a terrain curriculum) get a third row: the mean terrain
+level, and the level of each sub-terrain kind (stairs lag behind the mean). One colour per run;
+with several runs, one line style per constraint or kind. Read from each run's ``metrics.jsonl``
+(written by the runner), so it works on finished, running and copied runs.
 """
 
 from __future__ import annotations
@@ -27,6 +29,13 @@ PANELS = (
     ("violations", "violations per episode"),
     ("mean_episode_length", "episode length (policy steps)"),
 )
+# The third row, drawn only where a run has a terrain curriculum.
+TERRAIN_PANELS = (
+    ("episode/terrain_level", "terrain level (mean over robots)"),
+    ("terrain_kinds", "terrain level per sub-terrain kind"),
+)
+KIND_PREFIX = "episode/terrain_level/"
+STYLES = ("-", "--", ":", "-.", (0, (1, 1)), (0, (5, 1)), (0, (3, 1, 1, 1, 1, 1)))
 
 
 def smooth(values: np.ndarray, window: int) -> np.ndarray:
@@ -84,9 +93,11 @@ def plot_runs(
     matplotlib.use("Agg")
     import matplotlib.pyplot as plt
 
-    fig, axes = plt.subplots(2, 2, figsize=(11, 7), sharex=True)
-    styles = ("-", "--", ":", "-.")
-    for (key, label), ax in zip(PANELS, axes.ravel(), strict=True):
+    terrain = any("episode/terrain_level" in r for records in runs.values() for r in records)
+    panels = PANELS + (TERRAIN_PANELS if terrain else ())
+    fig, axes = plt.subplots(len(panels) // 2, 2, figsize=(11, 3.5 * len(panels) // 2), sharex=True)
+    styles = STYLES
+    for (key, label), ax in zip(panels, axes.ravel(), strict=True):
         for run_index, (name, records) in enumerate(runs.items()):
             x = series(records, "iteration") if x_values is None else x_values[name] / 1e6
             color = f"C{run_index % 10}" if len(runs) > 1 else None
@@ -111,12 +122,21 @@ def plot_runs(
                 else:
                     total = np.nansum([series(records, k) for k in names], axis=0) if names else x * np.nan
                     ax.plot(x, smooth(total, window), color=color, label=name)
+            elif key == "terrain_kinds":
+                kinds = sorted({k for r in records for k in r if k.startswith(KIND_PREFIX)})
+                for i, k in enumerate(kinds):
+                    kind = k[len(KIND_PREFIX) :]
+                    style = styles[i % len(styles)]
+                    ax.plot(x, smooth(series(records, k), window), linestyle=style, color=color, label=f"{name} {kind}")
+            elif key in (k for k, _ in TERRAIN_PANELS) and not any(key in r for r in records):
+                continue  # a flat run beside rough ones: nothing to draw here
             else:
                 ax.plot(x, smooth(series(records, key), window), color=color, label=name)
         ax.set_ylabel(label)
         ax.grid(alpha=0.3)
-        ax.legend(fontsize=7)
-    for ax in axes[1]:
+        if ax.get_legend_handles_labels()[0]:  # runs from before the per-kind levels have none
+            ax.legend(fontsize=7)
+    for ax in axes[-1]:
         ax.set_xlabel("iteration" if x_values is None else "environment steps (millions)")
     fig.suptitle(f"training curves ({window}-iteration moving average)")
     fig.tight_layout()

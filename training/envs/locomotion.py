@@ -616,6 +616,8 @@ class LocomotionEnv:
         info["sim_failures"] = float(failed_sim[ids].sum())
         if self.curriculum is not None:
             info["terrain_level"] = self.curriculum.mean_level()
+            for kind, level in self.curriculum.mean_level_by_kind().items():
+                info[f"terrain_level/{kind}"] = level
         return info
 
     # ---- resume ---------------------------------------------------------------------------

@@ -401,6 +401,12 @@ class TerrainCurriculum:
         top = min(max_init_level, self.num_rows - 1) if enabled else self.num_rows - 1
         self.levels = torch.randint(0, top + 1, (num_envs,), generator=generator).to(device)
         self.types = (torch.arange(num_envs) * self.num_cols // max(num_envs, 1)).to(device)
+        # Robots per sub-terrain kind (several columns can share one): the kind that lags is the
+        # one to read (stairs, measured in issue 23), and a mean over all kinds hides it.
+        self.kind_members = {
+            kind: torch.isin(self.types, torch.tensor([j for j, k in enumerate(terrain.types) if k == kind])).to(device)
+            for kind in dict.fromkeys(terrain.types)
+        }
 
     def origins(self, env_ids: torch.Tensor | None = None) -> torch.Tensor:
         """Spawn points [n, 3] (tile centre, on the ground) of the given envs."""
@@ -428,3 +434,8 @@ class TerrainCurriculum:
 
     def mean_level(self) -> float:
         return float(self.levels.float().mean())
+
+    def mean_level_by_kind(self) -> dict[str, float]:
+        """Mean level of the robots on each sub-terrain kind that has any (0 = easiest row)."""
+        levels = self.levels.float()
+        return {kind: float(levels[members].mean()) for kind, members in self.kind_members.items() if members.any()}
