@@ -13,6 +13,8 @@ plain functions, tested without launch).
   to die without their shutdown (no last DAMPING command, no monitor summary). systemd and docker
   stop services with SIGTERM, so :func:`graceful_sigterm` makes SIGTERM take the SIGINT path:
   a Shutdown event, SIGINT to every process, escalation after ``sigterm_timeout``.
+- Both launch files declare their arguments from one ``ARGUMENTS`` table each
+  (:func:`declare_arguments`).
 - ``sim.launch.py`` resolves the sim bridge program before starting anything
   (:func:`resolve_executable`) and runs it without a shell, so signals reach it directly.
 """
@@ -103,6 +105,22 @@ def resolve_executable(value: str, argument: str) -> str:
             f"or put that directory on PATH"
         )
     return found
+
+
+def declare_arguments(arguments: dict[str, tuple[str | None, str]], share: str) -> list:
+    """DeclareLaunchArgument actions of a launch file's ``ARGUMENTS`` table (name: (default,
+    description)); a default of None makes the argument required, ``<share>`` in a default is the
+    package's share directory."""
+    from launch.actions import DeclareLaunchArgument
+
+    actions = []
+    for name, (default, description) in arguments.items():
+        if default is None:
+            actions.append(DeclareLaunchArgument(name, description=description))
+        else:
+            default = default.replace("<share>", share).replace("/", os.sep)
+            actions.append(DeclareLaunchArgument(name, default_value=default, description=description))
+    return actions
 
 
 _CHECKED_KEY = "_aow_policy_checked"  # a launch configuration: the (policy, robot_config) already checked

@@ -15,18 +15,16 @@ monitor writes its summary, every process exits 0; if the controller exits, the 
 
 from __future__ import annotations
 
-import os
-
 from ament_index_python.packages import get_package_share_directory
 from launch import LaunchDescription
-from launch.actions import DeclareLaunchArgument, EmitEvent, OpaqueFunction
+from launch.actions import EmitEvent, OpaqueFunction
 from launch.conditions import IfCondition
 from launch.events import Shutdown
 from launch.substitutions import LaunchConfiguration
 from launch_ros.actions import Node
 from launch_ros.parameter_descriptions import ParameterValue
 
-from aow_policy.launch_support import check_policy_argument, graceful_sigterm
+from aow_policy.launch_support import check_policy_argument, declare_arguments, graceful_sigterm
 
 # name: (default, description); a default of None makes the argument required.
 ARGUMENTS = {
@@ -38,17 +36,6 @@ ARGUMENTS = {
     "use_sim_time": ("false", "Use /clock (simulation time) instead of the system clock"),
     "log_dir": ("~/.ros/aow_violations", "Directory for the violation monitor's logs (one file per run)"),
 }
-
-
-def declare_arguments(share: str) -> list[DeclareLaunchArgument]:
-    actions = []
-    for name, (default, description) in ARGUMENTS.items():
-        if default is None:
-            actions.append(DeclareLaunchArgument(name, description=description))
-        else:
-            default = default.replace("<share>", share).replace("/", os.sep)
-            actions.append(DeclareLaunchArgument(name, default_value=default, description=description))
-    return actions
 
 
 def generate_launch_description() -> LaunchDescription:
@@ -82,7 +69,7 @@ def generate_launch_description() -> LaunchDescription:
     )
     return LaunchDescription(
         [
-            *declare_arguments(share),
+            *declare_arguments(ARGUMENTS, share),
             # before any node: a wrong policy:= ends the launch with one line
             OpaqueFunction(function=check_policy_argument),
             OpaqueFunction(function=graceful_sigterm),  # SIGTERM stops the nodes as SIGINT does

@@ -22,7 +22,6 @@ import shlex
 from ament_index_python.packages import get_package_share_directory
 from launch import LaunchDescription
 from launch.actions import (
-    DeclareLaunchArgument,
     EmitEvent,
     ExecuteProcess,
     IncludeLaunchDescription,
@@ -33,7 +32,7 @@ from launch.events import Shutdown
 from launch.launch_description_sources import PythonLaunchDescriptionSource
 from launch.substitutions import LaunchConfiguration
 
-from aow_policy.launch_support import check_policy_argument, resolve_executable
+from aow_policy.launch_support import check_policy_argument, declare_arguments, resolve_executable
 
 # name: (default, description); a default of None makes the argument required.
 ARGUMENTS = {
@@ -48,17 +47,6 @@ ARGUMENTS = {
     "sim_bridge_executable": ("aow-sim-bridge", "The sim bridge program (from the toolkit's sim2sim package)"),
     "sim_bridge_args": ("", "Extra command-line arguments for the sim bridge, as one string"),
 }
-
-
-def declare_arguments(share: str) -> list[DeclareLaunchArgument]:
-    actions = []
-    for name, (default, description) in ARGUMENTS.items():
-        if default is None:
-            actions.append(DeclareLaunchArgument(name, description=description))
-        else:
-            default = default.replace("<share>", share).replace("/", os.sep)
-            actions.append(DeclareLaunchArgument(name, default_value=default, description=description))
-    return actions
 
 
 def sim_bridge(context) -> list:
@@ -87,7 +75,7 @@ def generate_launch_description() -> LaunchDescription:
     )
     return LaunchDescription(
         [
-            *declare_arguments(share),
+            *declare_arguments(ARGUMENTS, share),
             OpaqueFunction(function=check_policy_argument),  # before the bridge: one line, nothing started
             OpaqueFunction(function=sim_bridge, condition=IfCondition(LaunchConfiguration("use_bridge"))),
             controller,
