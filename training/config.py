@@ -307,6 +307,12 @@ class TrainConfig:
     # Start the networks (and observation normalizers) from this checkpoint's weights: a new run
     # (iteration 0, fresh optimizer) that fine-tunes, e.g. with other penalty weights.
     init_from: str | None = None
+    # Continue another run's checkpoint under this config, as a new run: networks, optimizer,
+    # algorithm state (kappa, learning rate), generators, iteration count and the environment's
+    # state (terrain levels; the simulation itself where the task's config is unchanged) carry
+    # over, while what --set and --env-override change applies from there (``aow-train --fork``).
+    # A branch that keeps everything but the lever it measures.
+    fork_from: str | None = None
 
     def __post_init__(self) -> None:
         if self.algo_params is None and self.algo in ALGO_PARAMS:
@@ -348,6 +354,16 @@ class TrainConfig:
             self.init_from is None or (isinstance(self.init_from, str) and bool(self.init_from)),
             "init_from",
             f"must be a checkpoint path or null, got {self.init_from!r}",
+        )
+        _check(
+            self.fork_from is None or (isinstance(self.fork_from, str) and bool(self.fork_from)),
+            "fork_from",
+            f"must be a checkpoint path or null, got {self.fork_from!r}",
+        )
+        _check(
+            self.init_from is None or self.fork_from is None,
+            "fork_from",
+            "a run starts from another's weights (init_from) or continues its whole state (fork_from), not both",
         )
         batch = self.num_envs * self.num_steps_per_env
         _check(

@@ -186,6 +186,9 @@ class Runner(RunnerCheckpoints):
             )
         if cfg.init_from and not resume:
             self._init_from(Path(cfg.init_from))
+        fork = None
+        if cfg.fork_from and not resume:  # the networks now: the rank broadcast below carries them
+            fork = self._load_fork_model(Path(cfg.fork_from))
         self.dist.broadcast_module(self.model)
         self.episode_length = getattr(env, "max_episode_length", None)
         self.cost_limits = self.internal_cost_limits(cfg, self.group_names, self.episode_length)
@@ -224,6 +227,8 @@ class Runner(RunnerCheckpoints):
             if self.run_dir is None:
                 raise TrainingError("resume needs a run directory")
             self._resume()
+        elif fork is not None:
+            self._fork(Path(cfg.fork_from), fork)
 
     @staticmethod
     def internal_cost_limits(cfg: TrainConfig, groups: list[str], episode_length: int | None) -> dict[str, float]:

@@ -47,6 +47,16 @@ def _plain(x: Any) -> Any:
     return str(x)
 
 
+def _changed_keys(old: Any, new: Any, prefix: str = "") -> list[str]:
+    """Dotted paths where two plain config dicts differ."""
+    if isinstance(old, dict) and isinstance(new, dict):
+        keys: list[str] = []
+        for k in sorted(set(old) | set(new), key=str):
+            keys += _changed_keys(old.get(k), new.get(k), f"{prefix}{k}.")
+        return keys
+    return [] if old == new else [prefix.rstrip(".")]
+
+
 def spread_terrain_levels(levels: torch.Tensor, num_envs: int) -> torch.Tensor:
     """The saved per-environment terrain levels handed out over ``num_envs`` environments in the
     same proportions: each level's share of the new environments is within one environment of
@@ -199,10 +209,63 @@ class RunnerCheckpoints:
         self.last_checkpoint = path
         self._trim_metrics()
 
+    def _load_fork_model(self, path: Path) -> dict[str, Any]:
+        """The networks of the checkpoint a fork continues (strict: the same task and networks);
+        returns the checkpoint for :meth:`_fork`."""
+        ckpt = load_checkpoint(path)
+        stored = TrainConfig.from_dict(ckpt["config"])
+        if stored.task != self.cfg.task:
+            raise CheckpointError(
+                f"fork_from {path}: a {stored.task!r} run cannot continue as {self.cfg.task!r} "
+                "(--init-from starts a new task from its weights)"
+            )
+        if ckpt["algo_state"].get("name") != self.cfg.algo:
+            raise CheckpointError(
+                f"fork_from {path}: a {ckpt['algo_state'].get('name')!r} run cannot continue as {self.cfg.algo!r} "
+                "(--init-from starts another algorithm from its weights)"
+            )
+        try:
+            self.model.load_state_dict(ckpt["model"])
+        except RuntimeError as e:
+            raise CheckpointError(
+                f"fork_from {path}: its networks do not fit this config ({e}); --init-from takes what fits"
+            ) from None
+        return ckpt
+
+    def _fork(self, path: Path, ckpt: dict[str, Any]) -> None:
+        """Continue ``ckpt`` (loaded by :meth:`_load_fork_model`) under this run's config: the
+        optimizer, the algorithm's state, the generators, the iteration count and the environment's
+        state as a resume restores them, except that a changed task config (``env_overrides``)
+        restarts the episodes (the curriculum's levels carry over), since the saved simulation
+        belongs to the old one. What differs from the parent's config is listed in segments.jsonl."""
+        stored = TrainConfig.from_dict(ckpt["config"])
+        self.algo.load_optimizer_state(ckpt["optimizer"])
+        self.algo.load_state_dict(ckpt["algo_state"])
+        torch.set_rng_state(ckpt["rng"]["torch"])
+        self.iteration = int(ckpt["iteration"])
+        mine, theirs = self.cfg.to_dict(), stored.to_dict()
+        for name in (*PLACEMENT_FIELDS, "fork_from", "init_from"):
+            mine.pop(name, None)
+            theirs.pop(name, None)
+        changed = sorted(_changed_keys(theirs, mine))
+        self.resumed_from = self._placement(stored)
+        what = ", ".join(changed) or "nothing"
+        self.resume_notes = [f"forked from {path} at iteration {self.iteration}; changed: {what}"]
+        runner_state = ckpt.get("runner_state") or {}
+        ranks = runner_state.get("ranks") or []
+        if runner_state.get("world_size") == self.dist.world_size and len(ranks) == self.dist.world_size:
+            same_task = stored.env_overrides == self.cfg.env_overrides
+            self._restore_rank_state(ranks[self.dist.rank], stored, keep_simulation=same_task)
+        else:
+            self.resume_notes.append(
+                f"{runner_state.get('world_size')} process(es) wrote it, {self.dist.world_size} continue: sampling "
+                "generators start fresh"
+            )
+
     def _placement(self, cfg: TrainConfig) -> dict[str, Any]:
         return {"device": cfg.device, "backend": cfg.backend, "num_envs": cfg.num_envs}
 
-    def _restore_rank_state(self, state: dict[str, Any], stored: TrainConfig) -> None:
+    def _restore_rank_state(self, state: dict[str, Any], stored: TrainConfig, keep_simulation: bool = True) -> None:
         """This rank's generators, environment state and current episodes from the checkpoint.
 
         Same device type, backend and number of environments: all of it (exact continuation).
@@ -231,7 +294,9 @@ class RunnerCheckpoints:
             # its observations do not belong to any simulation this env can restore.
             full_state = False
             self.resume_notes.append("the checkpoint holds no simulation state: episodes restart")
-        if full_state and not (same_device and same_envs and same_backend):
+        if full_state and not keep_simulation:
+            self.resume_notes.append("the task's config changed: episodes restart")
+        if full_state and not (same_device and same_envs and same_backend and keep_simulation):
             # A whole simulation state does not move to another device, backend or size: fresh episodes,
             # with the part that does carry over (generator, counters, terrain levels) where the env says which.
             portable = getattr(self.env, "portable_state", None)

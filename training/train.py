@@ -11,6 +11,7 @@ Examples::
     aow-train --config policies/aow_flat_np3o/config.yaml --init-from policies/aow_flat_np3o/model_250.pt \
         --set algo_params.kappa_init=1 --set algo_params.kappa_max=1 --iterations 150  # fine-tune
     aow-train --config my.yaml --set ppo.learning_rate=3e-4 --set algo_params.kappa_max=2
+    aow-train --fork runs/rough/model_232.pt --set ppo.entropy_coef=0.001 --run-dir runs/rough_lowent  # a branch
     torchrun --nproc-per-node 2 -m training.train --task toy_speed_limit --algo np3o --num-envs 128 ...
 
 Exit status: 0 done, 1 training error (divergence, bad checkpoint), 2 bad arguments or config.
@@ -106,6 +107,14 @@ def build_parser() -> argparse.ArgumentParser:
         help="start the networks from this checkpoint's weights (a new run: iteration 0, fresh optimizer)",
     )
     p.add_argument(
+        "--fork",
+        metavar="CHECKPOINT",
+        help="continue this checkpoint (a file, or a run directory's latest) as a new run in --run-dir, with "
+        "its config changed by --set/--env-override: networks, optimizer, algorithm state, iteration count "
+        "and terrain levels carry over (the simulation too unless the task's config changed); a branch that "
+        "differs from its parent only in what you change",
+    )
+    p.add_argument(
         "--cost-limit",
         type=float,
         metavar="COST_PER_EPISODE",
@@ -149,6 +158,35 @@ def config_from_args(args: argparse.Namespace) -> TrainConfig:
         apply_override(data, assignment)
     for assignment in args.env_override:
         add_env_override(data.setdefault("env_overrides", {}), assignment)
+    return TrainConfig.from_dict(data)
+
+
+def fork_config(args: argparse.Namespace) -> TrainConfig:
+    """The parent checkpoint's config with --set/--env-override and the placement flags applied."""
+    path = latest_checkpoint(args.fork) if args.fork.is_dir() else args.fork
+    data = dict(load_checkpoint(path)["config"])
+    conflicts = [
+        f"--{flag.replace('_', '-')}"
+        for flag, field in FLAG_FIELDS.items()
+        if field in ("task", "algo", "init_from") and getattr(args, flag) is not None
+    ]
+    if args.config or args.resume:
+        conflicts.append("--config/--resume")
+    if conflicts:
+        raise ConfigError(
+            f"{', '.join(conflicts)}: --fork continues {path} with its own task, algorithm and networks "
+            "(--init-from starts a new run from its weights instead)"
+        )
+    if args.run_dir is None:
+        raise ConfigError("--fork needs --run-dir: the branch is a new run beside its parent")
+    for flag, field in FLAG_FIELDS.items():
+        if getattr(args, flag) is not None:
+            data[field] = getattr(args, flag)
+    for assignment in args.set:
+        apply_override(data, assignment)
+    for assignment in args.env_override:
+        add_env_override(data.setdefault("env_overrides", {}), assignment)
+    data["init_from"], data["fork_from"] = None, str(path)
     return TrainConfig.from_dict(data)
 
 
@@ -210,7 +248,11 @@ class StopRequest:
 def main(argv: list[str] | None = None) -> int:
     args = build_parser().parse_args(argv)
     try:
-        cfg = resume_config(args) if args.resume else config_from_args(args)
+        if args.fork is not None:
+            args.fork = Path(args.fork)
+            cfg = fork_config(args)
+        else:
+            cfg = resume_config(args) if args.resume else config_from_args(args)
         cfg.validate()
     except (ConfigError, CheckpointError) as e:
         print(f"aow-train: error: {e}", file=sys.stderr)
