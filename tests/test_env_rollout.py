@@ -214,6 +214,14 @@ def test_curriculum_in_env_after_long_walk_and_fall():
         assert dones.tolist() == [True, True] and infos["time_outs"].tolist() == [True, False]
         assert env.curriculum.levels.tolist() == [2, 0]
         assert "terrain_level" in infos["episode"]
+        # One episode timed out, the other was upside down: half and half, nothing else.
+        ends = {k: v for k, v in infos["episode"].items() if k.startswith("ends/")}
+        assert ends == {
+            "ends/sim_failure": 0.0,
+            "ends/orientation": 0.5,
+            "ends/contact": 0.0,  # reset upside down 0.62 m up: nothing touches yet
+            "ends/time_out": 0.5,
+        }
         assert by_kind and all(infos["episode"][f"terrain_level/{k}"] == v for k, v in by_kind.items())
     finally:
         env.close()
@@ -242,6 +250,7 @@ def test_the_joint_speed_trip_ends_the_episode_where_a_joint_passes_its_bound():
                 _, _, _, dones, infos = env.step(kick)
                 if dones.any():
                     assert not infos["time_outs"].any()
+                    assert infos["episode"]["ends/joint_speed_trip"] == 1.0 and infos["episode"]["ends/time_out"] == 0.0
                     done_at = step
                     break
             ended[trip] = done_at

@@ -537,12 +537,19 @@ class LocomotionEnv:
         gravity = projected_gravity(s.base_quat)
         failed_sim = ~s.healthy  # backends flag NaN, inf and blow-ups here
         tc = self.cfg.terminations
-        terminated = failed_sim | term.bad_orientation_from_gravity(gravity, tc.max_roll, tc.max_pitch)
+        # Each way an episode can end, kept apart so the episode statistics can say which ended
+        # them (a robot can meet several at once): what to fix when a curriculum stalls.
+        ends = {"sim_failure": failed_sim}
+        ends["orientation"] = term.bad_orientation_from_gravity(gravity, tc.max_roll, tc.max_pitch)
         if tc.base_thigh_contact and self.terminal_contacts.any():
-            terminated |= term.contact(s.contacts[:, self.terminal_contacts])
+            ends["contact"] = term.contact(s.contacts[:, self.terminal_contacts])
         if tc.joint_speed_trip is not None:
-            terminated |= term.joint_speed_trip(s.joint_vel, tc.joint_speed_trip * self.actuator_speed_limits)
+            ends["joint_speed_trip"] = term.joint_speed_trip(
+                s.joint_vel, tc.joint_speed_trip * self.actuator_speed_limits
+            )
+        terminated = torch.stack(list(ends.values())).any(0)
         time_outs = term.time_out(self.episode_length, self.max_episode_length) & ~terminated
+        ends["time_out"] = time_outs
         dones = terminated | time_outs
 
         # Rewards and costs (computed on the terminal state of ending episodes).
@@ -580,6 +587,9 @@ class LocomotionEnv:
             if self.cfg.terminal_obs:
                 infos["terminal_obs"] = {k: torch.nan_to_num(v) for k, v in obs.items()} if failed_sim.any() else obs
             infos["episode"] = self._episode_info(done_ids, failed_sim)
+            # Shares of the ending episodes by what ended them (the runner weighs them by count).
+            for cause, hit in ends.items():
+                infos["episode"][f"ends/{cause}"] = float(hit[done_ids].float().mean())
             if self.curriculum is not None:
                 if self._curriculum_by_progress:
                     dist, asked = self.progress_along_command[done_ids], self.commanded_path[done_ids]
