@@ -62,10 +62,12 @@ def test_curves_draw_only_the_named_constraints_and_refuse_unknown_ones(tmp_path
 
 def test_rough_runs_get_a_terrain_level_row_with_one_line_per_sub_terrain_kind(tmp_path, monkeypatch) -> None:
     """A run with a terrain curriculum: the figure has a third row, the mean level and one line
-    per sub-terrain kind in the metrics; a flat run beside it draws none there."""
+    per sub-terrain kind in the metrics, and a panel of the failures that ended its episodes; a
+    flat run beside it draws none there."""
     rough, flat = tmp_path / "rough", tmp_path / "flat"
     base = {"mean_reward": 1.0, "mean_episode_length": 5.0, "episode/violations/joint_speed": 3.0}
     levels = {"episode/terrain_level": 3.0, "episode/terrain_level/stairs_up": 2.0, "episode/terrain_level/bumps": 5.0}
+    levels |= {"episode/ends/time_out": 0.7, "episode/ends/joint_speed_trip": 0.2, "episode/ends/contact": 0.1}
     for run, extra in ((rough, levels), (flat, {})):
         run.mkdir()
         rows = [{"iteration": i, **base, **extra} for i in range(5)]
@@ -91,8 +93,9 @@ def test_rough_runs_get_a_terrain_level_row_with_one_line_per_sub_terrain_kind(t
     monkeypatch.setattr(matplotlib.figure.Figure, "subplots", recording_subplots)
     out = tmp_path / "curves.png"
     assert main([f"r={rough}", f"f={flat}", "--out", str(out)]) == 0
-    assert shapes == [(3, 2)]
+    assert shapes == [(4, 2)]  # and a seventh panel: what ended the episodes
     assert {"r bumps", "r stairs_up"} <= set(drawn)  # one line per kind, each labelled
+    assert {"r joint_speed_trip", "r contact"} <= set(drawn) and "r time_out" not in drawn  # failures only
     assert drawn.count("r") == 4 and drawn.count("f") == 3  # reward, violations, length; r's mean level
     assert main([f"f={flat}", "--out", str(out)]) == 0
     assert shapes[-1] == (2, 2)  # no curriculum, no third row

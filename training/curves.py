@@ -6,7 +6,9 @@ per run: episode reward; the task-reward
 terms (velocity and yaw-rate tracking, per episode); violations per episode of every constraint
 (summed; per constraint with ``--per-constraint``, limited to some with ``--constraints``);
 episode length. Runs on rough terrain (a terrain curriculum) get a third row: the mean terrain
-level, and the level of each sub-terrain kind (stairs lag behind the mean). One colour per run;
+level, and the level of each sub-terrain kind (stairs lag behind the mean); runs that log what
+ended their episodes, one more panel: the share of ending episodes by each failure (a trip, a
+contact, a fall). One colour per run;
 with several runs, one line style per constraint or kind. Read from each run's ``metrics.jsonl``
 (written by the runner), so it works on finished, running and copied runs.
 """
@@ -35,6 +37,9 @@ TERRAIN_PANELS = (
     ("terrain_kinds", "terrain level per sub-terrain kind"),
 )
 KIND_PREFIX = "episode/terrain_level/"
+# Drawn where the runs log what ended their episodes: the failures (time-outs left out).
+ENDS_PANEL = (("ends", "share of ending episodes, by cause"),)
+ENDS_PREFIX = "episode/ends/"
 STYLES = ("-", "--", ":", "-.", (0, (1, 1)), (0, (5, 1)), (0, (3, 1, 1, 1, 1, 1)))
 
 
@@ -94,10 +99,15 @@ def plot_runs(
     import matplotlib.pyplot as plt
 
     terrain = any("episode/terrain_level" in r for records in runs.values() for r in records)
-    panels = PANELS + (TERRAIN_PANELS if terrain else ())
-    fig, axes = plt.subplots(len(panels) // 2, 2, figsize=(11, 3.5 * len(panels) // 2), sharex=True)
+    ends = any(k.startswith(ENDS_PREFIX) for records in runs.values() for r in records for k in r)
+    panels = PANELS + (TERRAIN_PANELS if terrain else ()) + (ENDS_PANEL if ends else ())
+    rows = (len(panels) + 1) // 2
+    fig, axes = plt.subplots(rows, 2, figsize=(11, 3.5 * rows), sharex=True, squeeze=False)
+    if len(panels) % 2:
+        axes[-1, -1].set_visible(False)
+        axes[-2, -1].xaxis.set_tick_params(labelbottom=True)  # the column's last panel: its own ticks
     styles = STYLES
-    for (key, label), ax in zip(panels, axes.ravel(), strict=True):
+    for (key, label), ax in zip(panels, axes.ravel(), strict=False):
         for run_index, (name, records) in enumerate(runs.items()):
             x = series(records, "iteration") if x_values is None else x_values[name] / 1e6
             color = f"C{run_index % 10}" if len(runs) > 1 else None
@@ -128,6 +138,16 @@ def plot_runs(
                     kind = k[len(KIND_PREFIX) :]
                     style = styles[i % len(styles)]
                     ax.plot(x, smooth(series(records, k), window), linestyle=style, color=color, label=f"{name} {kind}")
+            elif key == "ends":
+                causes = sorted(
+                    {k for r in records for k in r if k.startswith(ENDS_PREFIX)} - {ENDS_PREFIX + "time_out"}
+                )
+                for i, k in enumerate(causes):
+                    cause = k[len(ENDS_PREFIX) :]
+                    style = styles[i % len(styles)]
+                    ax.plot(
+                        x, smooth(series(records, k), window), linestyle=style, color=color, label=f"{name} {cause}"
+                    )
             elif key in (k for k, _ in TERRAIN_PANELS) and not any(key in r for r in records):
                 continue  # a flat run beside rough ones: nothing to draw here
             else:
@@ -136,7 +156,7 @@ def plot_runs(
         ax.grid(alpha=0.3)
         if ax.get_legend_handles_labels()[0]:  # runs from before the per-kind levels have none
             ax.legend(fontsize=7)
-    for ax in axes[-1]:
+    for ax in (axes[-1, 0], axes[-1, 1] if len(panels) % 2 == 0 else axes[-2, 1]):
         ax.set_xlabel("iteration" if x_values is None else "environment steps (millions)")
     fig.suptitle(f"training curves ({window}-iteration moving average)")
     fig.tight_layout()
