@@ -152,6 +152,10 @@ class LocomotionEnv:
         leg_speed = self.speed_limits[self.leg_ids]
         self.rate_threshold, self.second_rate_threshold = cst.smoothness_thresholds(leg_speed, self.dt)
         self.terminal_contacts = torch.as_tensor(self.sim.terminal_contacts, device=self.device)
+        # What ended each robot's episode at the last step (filled by step()).
+        self.ends: dict[str, torch.Tensor] = {}
+        self.tripped_joints: torch.Tensor | None = None
+        self.trip_foot_contacts: torch.Tensor | None = None
 
     def _setup_observations(self) -> None:
         cfg, robot = self.cfg.observations, self.robot
@@ -544,12 +548,15 @@ class LocomotionEnv:
         if tc.base_thigh_contact and self.terminal_contacts.any():
             ends["contact"] = term.contact(s.contacts[:, self.terminal_contacts])
         if tc.joint_speed_trip is not None:
-            ends["joint_speed_trip"] = term.joint_speed_trip(
-                s.joint_vel, tc.joint_speed_trip * self.actuator_speed_limits
-            )
+            # Which joints, and which wheels were on the ground, kept for diagnosis
+            # (training.episode_ends): the state is reset before step() returns.
+            self.tripped_joints = term.joints_over(s.joint_vel, tc.joint_speed_trip * self.actuator_speed_limits)
+            self.trip_foot_contacts = s.foot_contacts > 0 if s.foot_contacts is not None else None
+            ends["joint_speed_trip"] = self.tripped_joints.any(-1)
         terminated = torch.stack(list(ends.values())).any(0)
         time_outs = term.time_out(self.episode_length, self.max_episode_length) & ~terminated
         ends["time_out"] = time_outs
+        self.ends = ends  # this step's causes per robot [N] each (read before the next step)
         dones = terminated | time_outs
 
         # Rewards and costs (computed on the terminal state of ending episodes).

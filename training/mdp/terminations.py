@@ -28,7 +28,12 @@ def bad_orientation_from_gravity(gravity: torch.Tensor, max_roll: float, max_pit
 def joint_speed_trip(joint_vel: torch.Tensor, bound: torch.Tensor) -> torch.Tensor:
     """Any joint faster than its bound (rad/s), joint_vel [N, J], bound [J]: the deployment
     controller's plausibility check, past which the node stops the policy and damps."""
-    return (joint_vel.abs() > bound).any(-1)
+    return joints_over(joint_vel, bound).any(-1)
+
+
+def joints_over(joint_vel: torch.Tensor, bound: torch.Tensor) -> torch.Tensor:
+    """[N, J]: which joints are faster than their bound (the ones that trip)."""
+    return joint_vel.abs() > bound
 
 
 def nonfinite(*tensors: torch.Tensor) -> torch.Tensor:
