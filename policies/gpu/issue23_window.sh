@@ -23,7 +23,7 @@ runs_from=${RUNS_FROM:-$repo/policies/runs}
 flat_envs=${FLAT_ENVS:-4096}
 rough_envs=${ROUGH_ENVS:-8192}
 read -r -a placement <<< "${PLACEMENT:---device cuda --backend mujoco_warp}"  # PLACEMENT: for a dry run on a CPU
-read -r -a wanted <<< "${RUNS:-rough_progress_np3o rough_progress_ppo}"
+read -r -a wanted <<< "${RUNS:-rough_lowent_np3o rough_progress_ppo}"
 kappa=(--set algo_params.kappa_init=0.1 --set algo_params.kappa_max=0.2)
 moving="--env-override rewards.air_time_gate=moving"
 constraint_rewards="--env-override rewards.constraint_rewards=true"
@@ -80,6 +80,8 @@ spec() {
     # directories resume with their own configs.
     rough_progress_ppo)
       echo "$rough_envs --task aow_rough_style --algo ppo $constraint_rewards $moving $symmetric $reversals $trip --env-override rewards.weights.hip_range=-1.0 --set ppo.entropy_coef=0.001 --set ppo.entropy_coef_final=0.001 --env-override terrain.curriculum_distance=along_command --init-from policies/runs/flat_style_lowent_trip_ppo/model_82.pt" ;;
+    # rough_lowent_np3o is a fork (aow-train --fork) of rough_progress_np3o's it. 249: it resumes
+    # from its committed directory; it has no fresh start.
     rough_style_np3o) echo "$rough_envs --task aow_rough_style --algo np3o ${kappa[*]} $moving $symmetric $reversals" ;;
     rough_style_ppo)
       echo "$rough_envs --task aow_rough_style --algo ppo $constraint_rewards $moving $symmetric $reversals" ;;
