@@ -5,8 +5,25 @@ from __future__ import annotations
 import json
 
 import numpy as np
+import pytest
 
 from training.curves import env_steps, main, smooth
+
+
+@pytest.fixture
+def drawn(monkeypatch) -> list[str]:
+    """The label of every line the figure draws, in order."""
+    import matplotlib.axes
+
+    labels: list[str] = []
+    original = matplotlib.axes.Axes.plot
+
+    def recording_plot(self, *args, label=None, **kwargs):
+        labels.append(str(label))
+        return original(self, *args, label=label, **kwargs)
+
+    monkeypatch.setattr(matplotlib.axes.Axes, "plot", recording_plot)
+    return labels
 
 
 def test_smooth_is_a_trailing_mean_that_skips_nan() -> None:
@@ -32,7 +49,7 @@ def test_curves_png_from_runs(tmp_path, capsys) -> None:
     assert "no metrics.jsonl" in capsys.readouterr().err
 
 
-def test_curves_draw_only_the_named_constraints_and_refuse_unknown_ones(tmp_path, monkeypatch, capsys) -> None:
+def test_curves_draw_only_the_named_constraints_and_refuse_unknown_ones(tmp_path, drawn, capsys) -> None:
     run = tmp_path / "run"
     run.mkdir()
     rows = [
@@ -41,16 +58,6 @@ def test_curves_draw_only_the_named_constraints_and_refuse_unknown_ones(tmp_path
         for i in range(5)
     ]  # fmt: skip
     (run / "metrics.jsonl").write_text("\n".join(json.dumps(r) for r in rows) + "\n")
-    import matplotlib.axes
-
-    drawn: list[str] = []
-    original = matplotlib.axes.Axes.plot
-
-    def recording_plot(self, *args, label=None, **kwargs):
-        drawn.append(str(label))
-        return original(self, *args, label=label, **kwargs)
-
-    monkeypatch.setattr(matplotlib.axes.Axes, "plot", recording_plot)
     out = tmp_path / "curves.png"
     args = [f"a={run}", f"b={run}", "--out", str(out), "--per-constraint", "--constraints", "joint_speed"]
     assert main(args) == 0
@@ -60,7 +67,7 @@ def test_curves_draw_only_the_named_constraints_and_refuse_unknown_ones(tmp_path
     assert "unknown constraint(s) ['joint_sped']" in capsys.readouterr().err
 
 
-def test_rough_runs_get_a_terrain_level_row_with_one_line_per_sub_terrain_kind(tmp_path, monkeypatch) -> None:
+def test_rough_runs_get_a_terrain_level_row_with_one_line_per_sub_terrain_kind(tmp_path, monkeypatch, drawn) -> None:
     """A run with a terrain curriculum: the figure has a third row, the mean level and one line
     per sub-terrain kind in the metrics, and a panel of the failures that ended its episodes; a
     flat run beside it draws none there."""
@@ -72,17 +79,8 @@ def test_rough_runs_get_a_terrain_level_row_with_one_line_per_sub_terrain_kind(t
         run.mkdir()
         rows = [{"iteration": i, **base, **extra} for i in range(5)]
         (run / "metrics.jsonl").write_text("\n".join(json.dumps(r) for r in rows) + "\n")
-    import matplotlib.axes
     import matplotlib.figure
 
-    drawn: list[str] = []
-    original_plot = matplotlib.axes.Axes.plot
-
-    def recording_plot(self, *args, label=None, **kwargs):
-        drawn.append(str(label))
-        return original_plot(self, *args, label=label, **kwargs)
-
-    monkeypatch.setattr(matplotlib.axes.Axes, "plot", recording_plot)
     shapes: list[tuple[int, int]] = []
     original_subplots = matplotlib.figure.Figure.subplots
 

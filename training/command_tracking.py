@@ -103,7 +103,11 @@ def load_actor(path: str | Path) -> tuple[torch.nn.Module, dict[str, Any], int]:
     path = Path(path)
     if path.is_dir():
         path = latest_checkpoint(path)
-    data = load_checkpoint(path)
+    return actor_from_checkpoint(load_checkpoint(path))
+
+
+def actor_from_checkpoint(data: dict[str, Any]) -> tuple[torch.nn.Module, dict[str, Any], int]:
+    """:func:`load_actor` on a checkpoint already loaded (its other parts read by the caller)."""
     config = data["config"]
     net = NetworkConfig(**{k: tuple(v) if isinstance(v, list) else v for k, v in config.get("network", {}).items()})
     layouts = data["obs_layout"]

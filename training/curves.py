@@ -84,6 +84,14 @@ def env_steps(run_dir: Path, iterations: np.ndarray) -> np.ndarray:
     return total
 
 
+def _plot_family(ax, x, records, prefix: str, window: int, color, name: str, skip: tuple[str, ...] = ()) -> None:
+    """One line per metric under ``prefix`` (a terrain kind, an episode-ending cause), one style each."""
+    keys = sorted({k for r in records for k in r if k.startswith(prefix)} - {prefix + s for s in skip})
+    for i, k in enumerate(keys):
+        style = STYLES[i % len(STYLES)]
+        ax.plot(x, smooth(series(records, k), window), linestyle=style, color=color, label=f"{name} {k[len(prefix) :]}")
+
+
 def plot_runs(
     runs: dict[str, list[dict[str, float]]],
     out: Path,
@@ -133,21 +141,9 @@ def plot_runs(
                     total = np.nansum([series(records, k) for k in names], axis=0) if names else x * np.nan
                     ax.plot(x, smooth(total, window), color=color, label=name)
             elif key == "terrain_kinds":
-                kinds = sorted({k for r in records for k in r if k.startswith(KIND_PREFIX)})
-                for i, k in enumerate(kinds):
-                    kind = k[len(KIND_PREFIX) :]
-                    style = styles[i % len(styles)]
-                    ax.plot(x, smooth(series(records, k), window), linestyle=style, color=color, label=f"{name} {kind}")
+                _plot_family(ax, x, records, KIND_PREFIX, window, color, name)
             elif key == "ends":
-                causes = sorted(
-                    {k for r in records for k in r if k.startswith(ENDS_PREFIX)} - {ENDS_PREFIX + "time_out"}
-                )
-                for i, k in enumerate(causes):
-                    cause = k[len(ENDS_PREFIX) :]
-                    style = styles[i % len(styles)]
-                    ax.plot(
-                        x, smooth(series(records, k), window), linestyle=style, color=color, label=f"{name} {cause}"
-                    )
+                _plot_family(ax, x, records, ENDS_PREFIX, window, color, name, skip=("time_out",))
             elif key in (k for k, _ in TERRAIN_PANELS) and not any(key in r for r in records):
                 continue  # a flat run beside rough ones: nothing to draw here
             else:

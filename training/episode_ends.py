@@ -26,7 +26,7 @@ from typing import Any
 import torch
 
 from training.checkpoint import CheckpointError, latest_checkpoint, load_checkpoint
-from training.command_tracking import load_actor
+from training.command_tracking import actor_from_checkpoint
 from training.runner_checkpoints import spread_terrain_levels
 
 
@@ -38,8 +38,8 @@ def count_episode_ends(
 
     path = Path(source)
     path = latest_checkpoint(path) if path.is_dir() else path
-    actor, config, iteration = load_actor(path)
     ckpt = load_checkpoint(path)
+    actor, config, iteration = actor_from_checkpoint(ckpt)
     env = make_env(config["task"], robots, seed=seed, **(config.get("env_overrides") or {}))
     try:
         if env.curriculum is None:
@@ -48,7 +48,7 @@ def count_episode_ends(
         saved = (ranks[0].get("env") or {}).get("terrain_levels") if ranks else None
         if saved is not None:  # the checkpoint's own level distribution, over this many robots
             env.curriculum.levels[:] = spread_terrain_levels(torch.as_tensor(saved), robots).to(env.device)
-        kinds = env.terrain.types
+        kind_of_env = [env.terrain.types[int(j)] for j in env.curriculum.types]  # fixed per robot
         joint_names = list(env.joint_names)
         feet = list(env.sim.scene.foot_names)
         foot_of = [next((i for i, f in enumerate(feet) if f[:2] == name[:2]), None) for name in joint_names]
@@ -64,10 +64,9 @@ def count_episode_ends(
                     actions = dist.mean + dist.stddev * torch.randn(dist.mean.shape, generator=generator)
                 else:
                     actions = actor(obs["policy"])
-            kind_now = [kinds[int(j)] for j in env.curriculum.types]
             obs, _, _, dones, _ = env.step(actions)
             for i in dones.nonzero().squeeze(-1).tolist():
-                kind = kind_now[i]
+                kind = kind_of_env[i]
                 episodes[kind] += 1
                 for cause, hit in env.ends.items():
                     if bool(hit[i]):

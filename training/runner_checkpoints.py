@@ -191,23 +191,29 @@ class RunnerCheckpoints:
             self.model.load_state_dict(ckpt["model"])
         except RuntimeError as e:
             raise CheckpointError(f"{path}: model does not fit this task ({e})") from None
+        self.resumed_from = self._placement(stored)
+        self.resume_notes = []
+        self._continue_from(ckpt, stored)
+        self.last_checkpoint = path
+        self._trim_metrics()
+
+    def _continue_from(self, ckpt: dict[str, Any], stored: TrainConfig, keep_simulation: bool = True) -> None:
+        """Everything of a checkpoint but its networks (loaded before the ranks' broadcast): the
+        optimizer, the algorithm's state, the generators, the iteration count and each rank's
+        environment and episodes (see :meth:`_restore_rank_state`); shared by resume and fork."""
         self.algo.load_optimizer_state(ckpt["optimizer"])
         self.algo.load_state_dict(ckpt["algo_state"])
         torch.set_rng_state(ckpt["rng"]["torch"])
         self.iteration = int(ckpt["iteration"])
         runner_state = ckpt.get("runner_state") or {}
         ranks = runner_state.get("ranks") or []
-        self.resumed_from = self._placement(stored)
-        self.resume_notes = []
         if runner_state.get("world_size") == self.dist.world_size and len(ranks) == self.dist.world_size:
-            self._restore_rank_state(ranks[self.dist.rank], stored)
+            self._restore_rank_state(ranks[self.dist.rank], stored, keep_simulation=keep_simulation)
         else:
             self.resume_notes.append(
                 f"{runner_state.get('world_size')} process(es) wrote it, {self.dist.world_size} continue: sampling "
                 "generators start fresh"
             )
-        self.last_checkpoint = path
-        self._trim_metrics()
 
     def _load_fork_model(self, path: Path) -> dict[str, Any]:
         """The networks of the checkpoint a fork continues (strict: the same task and networks);
@@ -239,28 +245,14 @@ class RunnerCheckpoints:
         restarts the episodes (the curriculum's levels carry over), since the saved simulation
         belongs to the old one. What differs from the parent's config is listed in segments.jsonl."""
         stored = TrainConfig.from_dict(ckpt["config"])
-        self.algo.load_optimizer_state(ckpt["optimizer"])
-        self.algo.load_state_dict(ckpt["algo_state"])
-        torch.set_rng_state(ckpt["rng"]["torch"])
-        self.iteration = int(ckpt["iteration"])
         mine, theirs = self.cfg.to_dict(), stored.to_dict()
         for name in (*PLACEMENT_FIELDS, "fork_from", "init_from"):
             mine.pop(name, None)
             theirs.pop(name, None)
-        changed = sorted(_changed_keys(theirs, mine))
+        what = ", ".join(sorted(_changed_keys(theirs, mine))) or "nothing"
         self.resumed_from = self._placement(stored)
-        what = ", ".join(changed) or "nothing"
-        self.resume_notes = [f"forked from {path} at iteration {self.iteration}; changed: {what}"]
-        runner_state = ckpt.get("runner_state") or {}
-        ranks = runner_state.get("ranks") or []
-        if runner_state.get("world_size") == self.dist.world_size and len(ranks) == self.dist.world_size:
-            same_task = stored.env_overrides == self.cfg.env_overrides
-            self._restore_rank_state(ranks[self.dist.rank], stored, keep_simulation=same_task)
-        else:
-            self.resume_notes.append(
-                f"{runner_state.get('world_size')} process(es) wrote it, {self.dist.world_size} continue: sampling "
-                "generators start fresh"
-            )
+        self.resume_notes = [f"forked from {path} at iteration {int(ckpt['iteration'])}; changed: {what}"]
+        self._continue_from(ckpt, stored, keep_simulation=stored.env_overrides == self.cfg.env_overrides)
 
     def _placement(self, cfg: TrainConfig) -> dict[str, Any]:
         return {"device": cfg.device, "backend": cfg.backend, "num_envs": cfg.num_envs}

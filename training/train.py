@@ -108,6 +108,7 @@ def build_parser() -> argparse.ArgumentParser:
     )
     p.add_argument(
         "--fork",
+        type=Path,
         metavar="CHECKPOINT",
         help="continue this checkpoint (a file, or a run directory's latest) as a new run in --run-dir, with "
         "its config changed by --set/--env-override: networks, optimizer, algorithm state, iteration count "
@@ -150,6 +151,12 @@ def config_from_args(args: argparse.Namespace) -> TrainConfig:
     if args.algo and args.algo != data.get("algo"):
         data["algo"] = args.algo
         data.pop("algo_params", None)  # the new algorithm's defaults
+    apply_cli_changes(data, args)
+    return TrainConfig.from_dict(data)
+
+
+def apply_cli_changes(data: dict, args: argparse.Namespace) -> None:
+    """The flags given, then --set, then --env-override (dotted paths kept), onto a config dict."""
     for flag, field in FLAG_FIELDS.items():
         value = getattr(args, flag)
         if value is not None:
@@ -158,7 +165,6 @@ def config_from_args(args: argparse.Namespace) -> TrainConfig:
         apply_override(data, assignment)
     for assignment in args.env_override:
         add_env_override(data.setdefault("env_overrides", {}), assignment)
-    return TrainConfig.from_dict(data)
 
 
 def fork_config(args: argparse.Namespace) -> TrainConfig:
@@ -179,13 +185,7 @@ def fork_config(args: argparse.Namespace) -> TrainConfig:
         )
     if args.run_dir is None:
         raise ConfigError("--fork needs --run-dir: the branch is a new run beside its parent")
-    for flag, field in FLAG_FIELDS.items():
-        if getattr(args, flag) is not None:
-            data[field] = getattr(args, flag)
-    for assignment in args.set:
-        apply_override(data, assignment)
-    for assignment in args.env_override:
-        add_env_override(data.setdefault("env_overrides", {}), assignment)
+    apply_cli_changes(data, args)
     data["init_from"], data["fork_from"] = None, str(path)
     return TrainConfig.from_dict(data)
 
@@ -249,7 +249,6 @@ def main(argv: list[str] | None = None) -> int:
     args = build_parser().parse_args(argv)
     try:
         if args.fork is not None:
-            args.fork = Path(args.fork)
             cfg = fork_config(args)
         else:
             cfg = resume_config(args) if args.resume else config_from_args(args)

@@ -553,7 +553,9 @@ class LocomotionEnv:
             self.tripped_joints = term.joints_over(s.joint_vel, tc.joint_speed_trip * self.actuator_speed_limits)
             self.trip_foot_contacts = s.foot_contacts > 0 if s.foot_contacts is not None else None
             ends["joint_speed_trip"] = self.tripped_joints.any(-1)
-        terminated = torch.stack(list(ends.values())).any(0)
+        terminated = failed_sim.clone()
+        for hit in ends.values():
+            terminated |= hit
         time_outs = term.time_out(self.episode_length, self.max_episode_length) & ~terminated
         ends["time_out"] = time_outs
         self.ends = ends  # this step's causes per robot [N] each (read before the next step)
@@ -595,8 +597,8 @@ class LocomotionEnv:
                 infos["terminal_obs"] = {k: torch.nan_to_num(v) for k, v in obs.items()} if failed_sim.any() else obs
             infos["episode"] = self._episode_info(done_ids, failed_sim)
             # Shares of the ending episodes by what ended them (the runner weighs them by count).
-            for cause, hit in ends.items():
-                infos["episode"][f"ends/{cause}"] = float(hit[done_ids].float().mean())
+            shares = torch.stack([hit[done_ids] for hit in ends.values()]).float().mean(-1).tolist()
+            infos["episode"].update({f"ends/{cause}": v for cause, v in zip(ends, shares, strict=True)})
             if self.curriculum is not None:
                 if self._curriculum_by_progress:
                     dist, asked = self.progress_along_command[done_ids], self.commanded_path[done_ids]

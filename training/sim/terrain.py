@@ -403,10 +403,11 @@ class TerrainCurriculum:
         self.types = (torch.arange(num_envs) * self.num_cols // max(num_envs, 1)).to(device)
         # Robots per sub-terrain kind (several columns can share one): the kind that lags is the
         # one to read (stairs, measured in issue 23), and a mean over all kinds hides it.
-        self.kind_members = {
-            kind: torch.isin(self.types, torch.tensor([j for j, k in enumerate(terrain.types) if k == kind])).to(device)
-            for kind in dict.fromkeys(terrain.types)
-        }
+        self.kinds = list(dict.fromkeys(terrain.types))
+        column_kind = torch.tensor([self.kinds.index(k) for k in terrain.types], device=device)
+        self.kind_of_env = column_kind[self.types]
+        self._robots_per_kind = torch.bincount(self.kind_of_env, minlength=len(self.kinds)).float().clamp(min=1)
+        self._kind_present = [n > 0 for n in torch.bincount(self.kind_of_env, minlength=len(self.kinds)).tolist()]
 
     def origins(self, env_ids: torch.Tensor | None = None) -> torch.Tensor:
         """Spawn points [n, 3] (tile centre, on the ground) of the given envs."""
@@ -437,5 +438,6 @@ class TerrainCurriculum:
 
     def mean_level_by_kind(self) -> dict[str, float]:
         """Mean level of the robots on each sub-terrain kind that has any (0 = easiest row)."""
-        levels = self.levels.float()
-        return {kind: float(levels[members].mean()) for kind, members in self.kind_members.items() if members.any()}
+        sums = torch.bincount(self.kind_of_env, weights=self.levels.float(), minlength=len(self.kinds))
+        means = (sums / self._robots_per_kind).tolist()
+        return {k: m for k, m, present in zip(self.kinds, means, self._kind_present, strict=True) if present}
