@@ -23,6 +23,7 @@ from sim2sim.commands import FORMAT_HELP, CommandSchedule
 from sim2sim.course import COURSE_SEED
 from sim2sim.hardware import HardwareConfig, SimHardware, Topics, steps_between
 from sim2sim.world import TERRAINS, RoughTerrainConfig, build_world
+from training.sim.model import LegActuator
 
 Publish = Callable[[str, Any, float], None]
 CLOCK_TOPIC = "/clock"
@@ -142,7 +143,12 @@ class SimBridge:
         cfg.hardware.validate()
         self.factory, self.publish, self.schedule = factory, publish, schedule
         world = build_world(
-            robot, cfg.terrain, physics_dt=1.0 / cfg.hardware.physics_hz, seed=cfg.seed, rough=cfg.rough
+            robot,
+            cfg.terrain,
+            physics_dt=1.0 / cfg.hardware.physics_hz,
+            seed=cfg.seed,
+            rough=cfg.rough,
+            leg_actuator=LegActuator(cfg.hardware.leg_actuator),
         )
         self.hardware = SimHardware(world, robot, factory, publish, cfg.hardware, cfg.topics)
         self.steps_per_tick = steps_between(cfg.hardware.physics_hz, 1.0 / robot.rates.policy_dt, "the policy rate")

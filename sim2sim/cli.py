@@ -19,6 +19,7 @@ from sim2sim.hardware import HardwareConfig
 from sim2sim.metrics import FallCriteria
 from sim2sim.runner import DISTROS, Sim2SimConfig, run
 from sim2sim.world import DEFAULT_SEEDS, TERRAINS
+from training.sim.model import LEG_ACTUATOR_MODELS
 from viz.gl import RenderBackendError
 from viz.video import add_video_arguments, options_from_args
 
@@ -117,6 +118,14 @@ def build_parser() -> argparse.ArgumentParser:
         help="publish a flat map at the ground height under the base instead of the terrain (the scan sees flat "
         "ground; the robot still walks the terrain)",
     )
+    g.add_argument(
+        "--leg-actuator",
+        choices=LEG_ACTUATOR_MODELS,
+        default=hw.leg_actuator,
+        help="how the leg drives turn PD targets into torque: 'pd' (a torque limit at any speed) or 'dc_motor' "
+        "(the drive's torque-speed line, no torque left in the direction of motion at 7.5 rad/s) "
+        "(default %(default)s)",
+    )
     g = p.add_argument_group("falls")
     g.add_argument(
         "--fall-height", type=float, default=falls.min_height, help="base height above ground, m (default %(default)s)"
@@ -152,6 +161,7 @@ def config_from_args(args: argparse.Namespace) -> Sim2SimConfig:
         map_size=args.map_size,
         map_resolution=args.map_resolution,
         blank_map=args.blank_map,
+        leg_actuator=args.leg_actuator,
     )
     return Sim2SimConfig(
         duration=args.duration,

@@ -108,6 +108,7 @@ def drive_course(
     driver: DriverConfig | None = None,
     robot: Robot | None = None,
     progress: bool = False,
+    leg_actuator: str = "pd",
 ) -> tuple[CourseRun, Course]:
     """Drive ``policy`` over the strip of ``course_config`` (default: the terrain course; its layout
     names the terrain, "course" or "block") and ``seed``; ``time_limit``: seconds of driving
@@ -137,7 +138,7 @@ def drive_course(
         seed=seed,
         course=course_config,
         stand_up=stand_up,
-        hardware=HardwareConfig(blank_map=blank_map),
+        hardware=HardwareConfig(blank_map=blank_map, leg_actuator=leg_actuator),
         operator=operator,
         progress=progress,
     )

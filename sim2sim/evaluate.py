@@ -66,6 +66,7 @@ from typing import Any
 from aow_policy.fileio import atomic_write_text
 from sim2sim import course_eval
 from sim2sim.course import COURSE_SEED, CourseConfig, block_config
+from training.sim.model import LEG_ACTUATOR_MODELS
 
 STAND_UP_S = 2.0
 # The course every policy drives with --course (issue 16's); one place, so that a test can drive the
@@ -156,13 +157,18 @@ def controller_fault(result: Any) -> str | None:
     return f"t = {time:.2f} s: {result.fault}" if time is not None else result.fault
 
 
-def evaluate_policy(name: str, path: Path, progress: bool = False, full_range_repeats: int = 0) -> PolicyScore:
+def evaluate_policy(
+    name: str, path: Path, progress: bool = False, full_range_repeats: int = 0, leg_actuator: str = "pd"
+) -> PolicyScore:
+    from sim2sim.hardware import HardwareConfig
     from sim2sim.runner import run
+
+    hardware = HardwareConfig(leg_actuator=leg_actuator)
 
     score = PolicyScore(name, str(path), None, {}, {}, {}, {}, {})
     for sequence, segments in SEQUENCES.items():
         duration = STAND_UP_S + sum(s["duration"] for s in segments)
-        result = run(path, duration, segments, stand_up=STAND_UP_S, progress=progress)
+        result = run(path, duration, segments, stand_up=STAND_UP_S, progress=progress, hardware=hardware)
         errors: dict[str, list[float] | None] = {}
         for seg in result.segments:
             errors[seg.name] = list(seg.mean_abs_error_settled) if seg.mean_abs_error_settled else None
@@ -181,7 +187,7 @@ def evaluate_policy(name: str, path: Path, progress: bool = False, full_range_re
     for k in range(1, full_range_repeats + 1):
         segments = shifted_full_range(k)
         duration = STAND_UP_S + sum(s["duration"] for s in segments)
-        result = run(path, duration, segments, stand_up=STAND_UP_S, progress=progress)
+        result = run(path, duration, segments, stand_up=STAND_UP_S, progress=progress, hardware=hardware)
         score.full_range_repeat_falls.append(len(result.falls))
         if fault := controller_fault(result):
             score.controller_faults[f"full_range run {k + 1}"] = fault
@@ -307,6 +313,14 @@ def build_parser() -> argparse.ArgumentParser:
         help="run the full-range sequence K more times, its first segment 0.17 s longer each time, and report in "
         "how many runs the robot fell (default 0)",
     )
+    p.add_argument(
+        "--leg-actuator",
+        choices=LEG_ACTUATOR_MODELS,
+        default="pd",
+        help="how the simulated leg drives turn the PD targets into torque: 'pd' (a torque limit at any speed, as "
+        "training simulated them by default) or 'dc_motor' (the drive's torque-speed line: no torque left in "
+        "the direction of motion at the contract's 7.5 rad/s) (default %(default)s)",
+    )
     g = p.add_argument_group("terrain course (issue 16) and 20 cm block (the paper's experiment A)")
     g.add_argument("--course", action="store_true", help="also drive the terrain course, with the map and blanked")
     g.add_argument("--course-only", action="store_true", help="the terrain course only (no flat sequences)")
@@ -394,7 +408,13 @@ def main(argv: list[str] | None = None) -> int:
         for name, path in policies.items():
             print(f"evaluating {name} ({path})", flush=True)
             scores.append(
-                evaluate_policy(name, path, progress=not args.no_progress, full_range_repeats=args.full_range_repeats)
+                evaluate_policy(
+                    name,
+                    path,
+                    progress=not args.no_progress,
+                    full_range_repeats=args.full_range_repeats,
+                    leg_actuator=args.leg_actuator,
+                )
             )
         by_name = {s.name: s for s in scores}
         baseline = by_name.get(args.baseline) if args.baseline else None
@@ -419,10 +439,19 @@ def main(argv: list[str] | None = None) -> int:
         strips.append(("block", BLOCK, BLOCK_SPEED, COURSE_SEED))  # the block has no random part
     for key, config, speed, seed in strips:
         part, payload[key] = evaluate_strip(
-            policies, config, speed, seed=seed, time_limit=args.time_limit, progress=not args.no_progress
+            policies,
+            config,
+            speed,
+            seed=seed,
+            time_limit=args.time_limit,
+            progress=not args.no_progress,
+            leg_actuator=args.leg_actuator,
         )
         heading = f"## {course_eval.strip_title(config)}\n\n{part}"
         table = f"{table}\n{heading}" if table else heading
+    payload["leg_actuator"] = args.leg_actuator
+    if args.leg_actuator != "pd":
+        table = f"Leg drives simulated as `{args.leg_actuator}` (`--leg-actuator`).\n\n{table}"
     args.out.mkdir(parents=True, exist_ok=True)
     atomic_write_text(args.out / "evaluation.md", table)
     atomic_write_text(args.out / "evaluation.json", json.dumps(payload, indent=2, default=float) + "\n")
@@ -439,6 +468,7 @@ def evaluate_strip(
     seed: int = COURSE_SEED,
     time_limit: float | None = None,
     progress: bool = True,
+    leg_actuator: str = "pd",
 ) -> tuple[str, dict[str, Any]]:
     """Each policy over the strip of ``config`` (the course or the block) at ``speed``, with the map
     and blanked; ``time_limit``: s of driving per run (None: the strip's default).
@@ -458,6 +488,7 @@ def evaluate_strip(
                 course_config=config,
                 stand_up=STAND_UP_S,
                 progress=progress,
+                leg_actuator=leg_actuator,
             )
             runs[name][mode] = run
     assert course is not None  # at least one policy ran

@@ -41,6 +41,7 @@ from aow_policy.messages import (
 )
 from aow_policy.robot import Robot
 from sim2sim.world import HeightField, World, reset_to_spawn
+from training.sim.model import LEG_ACTUATOR_MODELS, servo_gains
 
 Publish = Callable[[str, Any, float], None]
 
@@ -71,8 +72,14 @@ class HardwareConfig:
     # Publish a flat map (elevation = the ground height under the base) instead of the terrain;
     # nothing else changes: same cells, frame, stamps and rate, the robot on the same terrain.
     blank_map: bool = False
+    # How the leg drives are simulated (training.sim.model.LegActuator): "pd", a PD with a torque
+    # limit at any speed as training has simulated them, or "dc_motor", the same PD within the
+    # drive's torque-speed line (no torque left in the direction of motion at 7.5 rad/s).
+    leg_actuator: str = "pd"
 
     def validate(self) -> None:
+        if self.leg_actuator not in LEG_ACTUATOR_MODELS:
+            raise ValueError(f"leg_actuator must be one of {LEG_ACTUATOR_MODELS}, got {self.leg_actuator!r}")
         for name in ("physics_hz", "odometry_hz", "map_hz", "map_size", "map_resolution", "command_timeout"):
             value = getattr(self, name)
             if not (isinstance(value, int | float) and math.isfinite(value) and value > 0):
@@ -179,10 +186,8 @@ class SimHardware:
         self._base_qpos, self._base_qvel, self._base_body = info.base_qpos_adr, info.base_qvel_adr, info.base_body_id
 
         # Drive model, read from the compiled actuators: position (kp, kd) or velocity (kd) loops.
-        gain = model.actuator_gainprm[self._act, 0]
-        self._is_position = model.actuator_biasprm[self._act, 1] != 0.0
-        kd = -model.actuator_biasprm[self._act, 2]
-        self._kd_over_kp = np.where(self._is_position, kd / np.where(self._is_position, gain, 1.0), 0.0)
+        self._is_position, kp, kd = servo_gains(model, self._act)
+        self._kd_over_kp = np.where(self._is_position, kd / np.where(self._is_position, kp, 1.0), 0.0)
         self._pos_low, self._pos_high = robot.position_lower, robot.position_upper
         self._vel_limit = robot.velocity_limits
 

@@ -61,6 +61,7 @@ from sim2sim.metrics import (
 )
 from sim2sim.recorder import BagRecorder
 from sim2sim.world import RoughTerrainConfig, build_world
+from training.sim.model import LegActuator
 from viz.video import VideoOptions, check_target
 
 if TYPE_CHECKING:
@@ -363,7 +364,13 @@ def run(
     typestore = get_typestore(DISTROS[cfg.distro])
     factory = MessageFactory.from_typestore(typestore)
     world = build_world(
-        robot, cfg.terrain, physics_dt=1.0 / hw_cfg.physics_hz, seed=cfg.seed, rough=cfg.rough, course=cfg.course
+        robot,
+        cfg.terrain,
+        physics_dt=1.0 / hw_cfg.physics_hz,
+        seed=cfg.seed,
+        rough=cfg.rough,
+        course=cfg.course,
+        leg_actuator=LegActuator(hw_cfg.leg_actuator),
     )
     topics = cfg.topics
     bus = Bus()

@@ -27,7 +27,7 @@ import torch
 
 from aow_policy.robot import Robot
 from sim2sim.course import COURSE_SEED, LAYOUTS, Course, CourseConfig, generate_course, strip_config
-from training.sim.model import FLOOR, ModelInfo, build_spec, model_info
+from training.sim.model import FLOOR, LegActuator, ModelInfo, build_spec, model_info
 from training.sim.terrain import HeightSampler
 
 TERRAINS = ("flat", "rough", *LAYOUTS)  # the strips' terrains are named after their layouts
@@ -129,12 +129,14 @@ def build_world(
     seed: int | None = None,
     rough: RoughTerrainConfig | None = None,
     course: CourseConfig | None = None,
+    leg_actuator: LegActuator | None = None,
 ) -> World:
     """Compile the AoW on ``terrain`` with the given physics step (default: the contract's).
 
     ``seed`` generates rough terrain or the course's blocks (None: the terrain's
     :data:`DEFAULT_SEEDS` entry). ``course``: the strip of terrain "course" or "block", of that
-    layout (None: the terrain's own, :func:`sim2sim.course.strip_config`); other terrains ignore it."""
+    layout (None: the terrain's own, :func:`sim2sim.course.strip_config`); other terrains ignore it.
+    ``leg_actuator``: how the leg drives are simulated (default: PD with a torque limit)."""
     if terrain not in TERRAINS:
         raise ValueError(f"terrain must be one of {TERRAINS}, got {terrain!r}")
     seed = DEFAULT_SEEDS[terrain] if seed is None else seed
@@ -145,7 +147,7 @@ def build_world(
     elif terrain in LAYOUTS:
         layout = generate_course(strip_config(terrain, course), seed)
         heightfield, spawn = layout.mujoco_heightfield(), layout.start
-    spec = build_spec(wheeled=True, robot=robot, heightfield=heightfield)
+    spec = build_spec(wheeled=True, robot=robot, heightfield=heightfield, leg_actuator=leg_actuator)
     if physics_dt is not None:
         # After build_spec: the floor's contact time constant keeps the contract step's value.
         spec.option.timestep = physics_dt

@@ -17,6 +17,7 @@ from training.mdp.math import quat_from_yaw
 from training.sim.backends.base import PhysicsRandomization
 from training.sim.backends.factory import create_backend
 from training.sim.backends.scene import SolverConfig, apply_params, build_scene, nominal_params
+from training.sim.model import LegActuator
 
 
 @pytest.fixture(scope="module")
@@ -24,7 +25,7 @@ def robot():
     return load_robot()
 
 
-def backend(name: str, robot, num_envs: int = 3, randomization=None, num_threads=None):
+def backend(name: str, robot, num_envs: int = 3, randomization=None, num_threads=None, leg_actuator=None):
     return create_backend(
         name,
         robot=robot,
@@ -34,6 +35,7 @@ def backend(name: str, robot, num_envs: int = 3, randomization=None, num_threads
         solver=SolverConfig(),
         randomization=randomization or PhysicsRandomization(),
         num_threads=num_threads,
+        leg_actuator=leg_actuator,
     )
 
 
@@ -48,11 +50,11 @@ def start_states(robot, n: int):
     return pos, quat, lin, ang, joint_pos, torch.zeros(n, 16)
 
 
-def targets_sequence(robot, steps: int, n: int) -> list[torch.Tensor]:
+def targets_sequence(robot, steps: int, n: int, amplitude: float = 1.0) -> list[torch.Tensor]:
     gen = torch.Generator().manual_seed(0)
     offsets = torch.tensor([j.default_position if j.kind == "leg" else 0.0 for j in robot.joints])
     scales = torch.tensor(robot.action_scales, dtype=torch.float32)
-    return [offsets + scales * 0.3 * torch.randn(n, 16, generator=gen) for _ in range(steps)]
+    return [offsets + scales * 0.3 * amplitude * torch.randn(n, 16, generator=gen) for _ in range(steps)]
 
 
 def test_thread_pool_is_deterministic(robot):
@@ -150,26 +152,51 @@ def test_blow_up_is_detected_counted_and_reset(tmp_path, monkeypatch):
 
 
 @pytest.mark.slow
-def test_mujoco_warp_matches_c_mujoco_over_20_steps(robot):
-    """Same initial states and targets on both backends: joint positions agree within 1e-3 rad.
+@pytest.mark.parametrize("leg_model", ["pd", "dc_motor"])
+def test_mujoco_warp_matches_c_mujoco_over_20_steps(robot, leg_model):
+    """Same initial states and targets on both backends: joint positions agree within 1e-3 rad,
+    with either leg drive model (the DC motor's targets are larger, so that its line binds).
 
     Runs MuJoCo Warp on CPU. The first run compiles warp's kernels (about 2 minutes here);
     with warp's kernel cache warm the test takes about 15 s.
     """
-    c, w = backend("mujoco", robot, 3), backend("mujoco_warp", robot, 3)
+    legs = LegActuator(leg_model)
+    c, w = backend("mujoco", robot, 3, leg_actuator=legs), backend("mujoco_warp", robot, 3, leg_actuator=legs)
+    amplitude = 1.0 if leg_model == "pd" else 4.0
     try:
         ids = torch.arange(3)
         c.reset(ids, *start_states(robot, 3))
         w.reset(ids, *start_states(robot, 3))
         assert torch.allclose(c.state().joint_pos, w.state().joint_pos, atol=1e-6)
-        worst = 0.0
-        for targets in targets_sequence(robot, 20, 3):
+        worst = fastest = 0.0
+        for targets in targets_sequence(robot, 20, 3, amplitude):
             c.step(targets)
             w.step(targets)
             worst = max(worst, float((c.state().joint_pos - w.state().joint_pos).abs().max()))
+            fastest = max(fastest, float(c.state().joint_vel[:, :12].abs().max()))
         assert worst < 1e-3, f"joint positions differ by up to {worst} rad"
         assert torch.allclose(c.state().base_pos, w.state().base_pos, atol=1e-3)
         assert bool(w.state().healthy.all())
         assert [d.ncon for d in c.datas] != [0, 0, 0]  # the wheels were in contact throughout
+        if leg_model == "dc_motor":
+            assert fastest > 4.0  # legs well into the line's region (it binds above 2.5 rad/s at full torque)
     finally:
         c.close(), w.close()
+
+
+@pytest.mark.slow
+def test_mujoco_warp_randomizes_the_dc_motor_servo_and_keeps_the_line(robot):
+    rand = PhysicsRandomization(kp_scale=(1.5, 1.5), kd_scale=(0.5, 0.5), motor_strength=(0.9, 0.9))
+    w = backend("mujoco_warp", robot, 2, randomization=rand, leg_actuator=LegActuator("dc_motor"))
+    try:
+        gain = w._wp.to_torch(w.m.actuator_gainprm).cpu().numpy()  # [worlds, nu, 10]
+        legs, wheel = w.scene.info.actuator_ids[:12], w.scene.info.actuator_ids[12]
+        nominal = w.scene.model.actuator_gainprm
+        np.testing.assert_allclose(gain[:, legs, 4], 80.0 * 1.5 * 0.9, rtol=1e-6)
+        np.testing.assert_allclose(gain[:, legs, 6], 2.0 * 0.5 * 0.9, rtol=1e-6)
+        np.testing.assert_allclose(
+            gain[:, legs][:, :, [0, 1, 7]], np.broadcast_to(nominal[legs][:, [0, 1, 7]], (2, 12, 3)), rtol=1e-6
+        )
+        np.testing.assert_allclose(gain[:, wheel, 0], 4.0 * 0.5 * 0.9, rtol=1e-6)
+    finally:
+        w.close()

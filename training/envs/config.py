@@ -16,6 +16,7 @@ from typing import Any
 from training.mdp.costs import parse_cost_type
 from training.mdp.gait import AIR_TIME_GATES
 from training.sim.backends.scene import SolverConfig
+from training.sim.model import ANYDRIVE_SATURATION_TORQUE, LegActuator
 from training.sim.terrain import TerrainConfig
 
 
@@ -376,6 +377,21 @@ class SimConfig:
     torch_threads: int | None = 1
     warp_nconmax: int | None = None  # MuJoCo Warp contact buffer per world (None: its default)
     warp_njmax: int | None = None
+    # How the leg drives are simulated (training.sim.model.LegActuator): "pd" (legged_gym's PD with a
+    # torque limit, at any speed) or "dc_motor" (the same PD within the drive's torque-speed line, stall
+    # torque leg_saturation_torque N·m, no-load speed the contract's velocity_limit).
+    leg_actuator: str = "pd"
+    leg_saturation_torque: float = ANYDRIVE_SATURATION_TORQUE
+
+    def validate(self) -> None:
+        self.solver.validate()
+        self.leg_actuator_model()  # raises with the field's name
+
+    def leg_actuator_model(self) -> LegActuator:
+        try:
+            return LegActuator(self.leg_actuator, self.leg_saturation_torque)
+        except ValueError as e:
+            raise ValueError(f"sim.{e}") from None
 
 
 @dataclass
@@ -407,7 +423,7 @@ class TaskConfig:
         self.domain_rand.validate()
         self.terminations.validate()
         self.init.validate()
-        self.sim.solver.validate()
+        self.sim.validate()
 
     def to_dict(self) -> dict[str, Any]:
         return dataclasses.asdict(self)

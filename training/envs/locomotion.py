@@ -86,6 +86,7 @@ class LocomotionEnv:
             num_threads=cfg.sim.num_threads,
             warp_nconmax=cfg.sim.warp_nconmax,
             warp_njmax=cfg.sim.warp_njmax,
+            leg_actuator=cfg.sim.leg_actuator_model(),
             seed=seed,
             device=self.device,
         )

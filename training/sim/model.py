@@ -10,8 +10,10 @@ Conventions the rest of the toolkit relies on:
 - Bodies ``base``, ``{leg}_HIP``, ``{leg}_THIGH``, ``{leg}_SHANK`` and, wheeled, ``{leg}_WHEEL``; the ground
   contact geom of each leg is named ``{leg}_WHEEL`` (wheeled) or ``{leg}_FOOT`` (plain).
 - Joints and actuators carry the contract's joint names, actuators in contract order (legs, then wheels).
-  Legs: position actuators, force = kp (target - q) - kd q̇, clipped to ±torque_limit. Wheels: velocity
-  actuators, force = kd (target - q̇), clipped to ±torque_limit, target clipped to ±velocity_limit.
+  Legs: position actuators, force = kp (target - q) - kd q̇, clipped to ±torque_limit (``LegActuator``
+  "pd", legged_gym's model), or the same PD law through a DC motor's torque-speed line ("dc_motor", see
+  ``LegActuator``). Wheels: velocity actuators, force = kd (target - q̇), clipped to ±torque_limit, target
+  clipped to ±velocity_limit.
 - Wheel hinges turn about +y, so a positive wheel speed rolls the robot forward (+x): the contact point
   of a wheel turning at ω about +y moves at ω × (0, 0, -r) = (-ωr, 0, 0) relative to the axle, so with no
   slip the axle moves at +ωr.
@@ -34,6 +36,10 @@ from training.sim import anymal_c
 from training.sim.anymal_c import Cylinder, Inertial, Leg
 
 FLOOR = "floor"
+LEG_ACTUATOR_MODELS = ("pd", "dc_motor")
+# ANYdrive 3's stall torque in Isaac Lab's DC-motor model of ANYmal C's legs (ANYDRIVE_3_SIMPLE_ACTUATOR_CFG:
+# saturation_effort 120 N·m with effort_limit 80 N·m and velocity_limit 7.5 rad/s, the contract's two).
+ANYDRIVE_SATURATION_TORQUE = 120.0
 BASE_BODY = "base"
 DEFAULT_KEY = "default"
 WHEEL_ROLE = "WHEEL"
@@ -288,11 +294,14 @@ def build_spec(
     wheeled: bool = True,
     robot: Robot | None = None,
     heightfield: tuple[np.ndarray, tuple[float, float]] | None = None,
+    leg_actuator: LegActuator | None = None,
 ) -> mujoco.MjSpec:
     """The AoW (``wheeled``) or plain ANYmal C as an MjSpec, with the ``default`` keyframe.
 
     ``heightfield``: optional (heights, (half_x, half_y)) replacing the flat floor (see ``add_heightfield``).
+    ``leg_actuator``: how the leg drives are simulated (default: PD with a torque limit).
     """
+    leg_actuator = leg_actuator or LegActuator()
     robot = robot if robot is not None else load_robot()
     spec = mujoco.MjSpec()
     spec.modelname = "anymal_c_on_wheels" if wheeled else "anymal_c"
@@ -313,7 +322,9 @@ def build_spec(
         if joint.kind == "wheel" and not wheeled:
             continue
         act = spec.add_actuator(name=joint.name, target=joint.name, trntype=mujoco.mjtTrn.mjTRN_JOINT)
-        if joint.kind == "leg":
+        if joint.kind == "leg" and leg_actuator.model == "dc_motor":
+            _set_to_dc_motor(act, joint, leg_actuator.saturation_torque)
+        elif joint.kind == "leg":
             act.set_to_position(kp=joint.kp, kv=joint.kd)
         else:
             act.set_to_velocity(kv=joint.kd)
@@ -343,9 +354,66 @@ def build_model(
     wheeled: bool = True,
     robot: Robot | None = None,
     heightfield: tuple[np.ndarray, tuple[float, float]] | None = None,
+    leg_actuator: LegActuator | None = None,
 ) -> mujoco.MjModel:
     """Compiled model of the AoW (``wheeled``) or plain ANYmal C; actuator names equal joint names."""
-    return build_spec(wheeled=wheeled, robot=robot, heightfield=heightfield).compile()
+    return build_spec(wheeled=wheeled, robot=robot, heightfield=heightfield, leg_actuator=leg_actuator).compile()
+
+
+@dataclass(frozen=True)
+class LegActuator:
+    """How the simulated leg drives turn the PD law into torque.
+
+    "pd": τ = clip(kp (q* - q) - kd q̇, ±torque_limit) at any speed, as legged_gym simulates ANYmal.
+    "dc_motor": the same PD torque, but a drive only delivers it within its torque-speed line:
+    τ ∈ [-S (1 + q̇/ω₀), S (1 - q̇/ω₀)], still capped at ±torque_limit, with S the stall torque
+    (``saturation_torque``) and ω₀ the contract's velocity_limit (no-load speed). Isaac Lab's DCMotor
+    model of ANYmal C (S 120 N·m, cap 80, ω₀ 7.5 rad/s): from 2.5 rad/s on, the torque available in the
+    direction of motion falls to zero at 7.5 rad/s, so a leg cannot swing much faster than the real one.
+    It is MuJoCo's own ``dcmotor`` actuator (quasi-static, a position servo as its controller, the
+    voltage saturated), so C MuJoCo and MuJoCo Warp integrate it alike, its damping implicitly.
+    Beyond ω₀ the line keeps going (the motor brakes), where Isaac Lab's clips the torque at zero.
+    """
+
+    model: str = "pd"
+    saturation_torque: float = ANYDRIVE_SATURATION_TORQUE  # N·m, "dc_motor" only
+
+    def __post_init__(self) -> None:
+        if self.model not in LEG_ACTUATOR_MODELS:
+            raise ValueError(f"leg_actuator: expected one of {LEG_ACTUATOR_MODELS}, got {self.model!r}")
+        if not self.saturation_torque > 0.0:
+            raise ValueError(f"leg_saturation_torque: must be positive, got {self.saturation_torque}")
+
+
+def _set_to_dc_motor(act: mujoco.MjsActuator, joint: Joint, saturation_torque: float) -> None:
+    """A DC motor whose quasi-static torque-speed line has stall torque S and no-load speed ω₀, driven
+    by a PD position servo. MuJoCo's dcmotor: τ = (K/R)(V - K q̇) with V = (R/K) τ_pd + K q̇ clipped to
+    ±Vmax; unsaturated τ = τ_pd, saturated τ = ±K Vmax/R - (K²/R) q̇. Only S = K Vmax/R and
+    ω₀ = Vmax/K matter here (no inductance, no heating), so R = 1 Ω and K = √(S/ω₀)."""
+    if saturation_torque < joint.torque_limit:
+        raise ValueError(
+            f"{joint.name}: saturation_torque {saturation_torque} is below its torque_limit {joint.torque_limit}"
+        )
+    motor_constant = float(np.sqrt(saturation_torque / joint.velocity_limit))
+    act.set_to_dcmotor(
+        motorconst=[motor_constant, motor_constant],
+        resistance=1.0,
+        # controller: kp, ki, kd, slew rate, (unused), Vmax; ctrlspec 1: the control is a position target
+        controller=[joint.kp, 0.0, joint.kd, 0.0, 0.0, saturation_torque / motor_constant],
+        ctrlspec=1,
+    )
+
+
+def servo_gains(model: mujoco.MjModel, actuator_ids: np.ndarray) -> tuple[np.ndarray, np.ndarray, np.ndarray]:
+    """(is_position, kp, kd) of the given actuators as compiled: a position actuator keeps kp in gainprm[0]
+    and -kd in biasprm[2]; a dcmotor leg (position servo) kp in gainprm[4] and kd in gainprm[6]; a velocity
+    actuator (wheel) has no kp and its loop gain kd in gainprm[0]."""
+    gain, bias = model.actuator_gainprm[actuator_ids], model.actuator_biasprm[actuator_ids]
+    is_dc = model.actuator_gaintype[actuator_ids] == mujoco.mjtGain.mjGAIN_DCMOTOR
+    is_position = is_dc | (bias[:, 1] != 0.0)
+    kp = np.where(is_dc, gain[:, 4], np.where(is_position, gain[:, 0], 0.0))
+    kd = np.where(is_dc, gain[:, 6], np.where(is_position, -bias[:, 2], gain[:, 0]))
+    return is_position, kp, kd
 
 
 @dataclass(frozen=True)

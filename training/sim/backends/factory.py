@@ -7,6 +7,7 @@ import torch
 from aow_policy.robot import Robot
 from training.sim.backends.base import BACKENDS, PhysicsRandomization
 from training.sim.backends.scene import SolverConfig, build_scene
+from training.sim.model import LegActuator
 from training.sim.terrain import HeightSampler, Terrain
 
 
@@ -22,6 +23,7 @@ def create_backend(
     num_threads: int | None = None,
     warp_nconmax: int | None = None,
     warp_njmax: int | None = None,
+    leg_actuator: LegActuator | None = None,
     seed: int = 0,
     device: torch.device | str = "cpu",
 ):
@@ -30,18 +32,21 @@ def create_backend(
     if name == "mujoco":
         from training.sim.backends.mujoco_cpu import MujocoBackend
 
-        scene = build_scene(wheeled, terrain, solver, robot)
+        scene = build_scene(wheeled, terrain, solver, robot, leg_actuator)
         backend = MujocoBackend(scene, num_envs, decimation, num_threads, randomization, seed, device)
         backend.height_sampler = HeightSampler.from_model(scene.model).to(backend.device)
         return backend
     if name == "mujoco_warp":
         from training.sim.backends.mujoco_warp import MujocoWarpBackend
 
-        scene = build_scene(wheeled, terrain, solver, robot)
+        scene = build_scene(wheeled, terrain, solver, robot, leg_actuator)
         backend = MujocoWarpBackend(scene, num_envs, decimation, randomization, seed, device, warp_nconmax, warp_njmax)
         backend.height_sampler = HeightSampler.from_model(scene.model).to(backend.device)
         return backend
     if name == "isaacgym":
+        if leg_actuator is not None and leg_actuator.model != "pd":
+            model = leg_actuator.model
+            raise ValueError(f"sim.leg_actuator: the isaacgym backend simulates 'pd' legs only, got {model!r}")
         from training.sim.backends.isaacgym import IsaacGymBackend  # needs isaacgym installed
 
         return IsaacGymBackend(robot, wheeled, terrain, num_envs, decimation, randomization, seed, device)

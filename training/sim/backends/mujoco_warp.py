@@ -25,7 +25,7 @@ import torch
 from training.mdp.math import quat_rotate, quat_rotate_inverse
 from training.sim.backends.base import PhysicsRandomization, SimState
 from training.sim.backends.mujoco_cpu import MAX_SPEED
-from training.sim.backends.scene import Scene, nominal_params, sample_params
+from training.sim.backends.scene import DC_KD, DC_KP, Scene, nominal_params, sample_params
 
 BATCHED_FIELDS = ("geom_friction", "body_mass", "actuator_gainprm", "actuator_biasprm")
 
@@ -411,9 +411,13 @@ class MujocoWarpBackend:
         base_gain = torch.as_tensor(scene.model.actuator_gainprm, dtype=torch.float32, device=self.device)
         base_bias = torch.as_tensor(scene.model.actuator_biasprm, dtype=torch.float32, device=self.device)
         kp, kd, strength = p[:, 2:3], p[:, 3:4], p[:, 4:5]
+        # As scene.apply_params: DC-motor legs keep their servo gains in gainprm[DC_KP], [DC_KD].
+        is_dc = torch.as_tensor(scene.model.actuator_gaintype == mujoco.mjtGain.mjGAIN_DCMOTOR, device=self.device)
         is_position = base_bias[:, 1] != 0.0
         stiffness = torch.where(is_position, kp, kd)
-        gain[idx, :, 0] = base_gain[:, 0] * stiffness * strength
+        gain[idx, :, 0] = torch.where(is_dc, base_gain[:, 0], base_gain[:, 0] * stiffness * strength)
+        gain[idx, :, DC_KP] = torch.where(is_dc, base_gain[:, DC_KP] * kp * strength, base_gain[:, DC_KP])
+        gain[idx, :, DC_KD] = torch.where(is_dc, base_gain[:, DC_KD] * kd * strength, base_gain[:, DC_KD])
         bias[idx, :, 1] = base_bias[:, 1] * kp * strength
         bias[idx, :, 2] = base_bias[:, 2] * kd * strength
 

@@ -27,7 +27,7 @@ import mujoco
 import numpy as np
 
 from aow_policy.robot import Robot, load_robot
-from training.sim.model import BASE_BODY, FLOOR, ModelInfo, build_spec, model_info
+from training.sim.model import BASE_BODY, FLOOR, LegActuator, ModelInfo, build_spec, model_info
 from training.sim.terrain import Terrain
 
 CONES = {"pyramidal": mujoco.mjtCone.mjCONE_PYRAMIDAL, "elliptic": mujoco.mjtCone.mjCONE_ELLIPTIC}
@@ -69,11 +69,12 @@ def build_scene(
     terrain: Terrain | None = None,
     solver: SolverConfig | None = None,
     robot: Robot | None = None,
+    leg_actuator: LegActuator | None = None,
 ) -> Scene:
     robot = robot if robot is not None else load_robot()
     solver = solver or SolverConfig()
     solver.validate()
-    spec = build_spec(wheeled=wheeled, robot=robot)
+    spec = build_spec(wheeled=wheeled, robot=robot, leg_actuator=leg_actuator)
     if terrain is not None:
         terrain.add_to_spec(spec)
     opt = spec.option
@@ -146,6 +147,7 @@ def base_body(scene: Scene) -> int:
 # ---- physics variants (friction, mass, gains) -------------------------------------------------
 
 PARAM_NAMES = ("friction", "added_base_mass", "kp_scale", "kd_scale", "motor_strength")
+DC_KP, DC_KD = 4, 6  # where MuJoCo's dcmotor keeps its position servo's gains in gainprm
 
 
 def nominal_params(scene: Scene) -> np.ndarray:
@@ -158,7 +160,9 @@ def apply_params(model: mujoco.MjModel, scene: Scene, params: np.ndarray) -> Non
     Friction: the floor has the higher geom priority, so its friction is the contact's.
     Gains: a position actuator is force = gain*ctrl + bias1*q + bias2*qdot with gain = kp,
     bias1 = -kp, bias2 = -kd; a velocity actuator has gain = kd, bias2 = -kd. Motor strength
-    scales the whole force, as legged_gym scales its PD torques.
+    scales the whole force, as legged_gym scales its PD torques. A DC-motor leg (``LegActuator``)
+    keeps its servo's kp and kd in gainprm[DC_KP] and [DC_KD]: strength scales the PD torque there,
+    and the drive's torque-speed line stays the drive's.
     """
     base = scene.model
     friction, added_mass, kp_scale, kd_scale, strength = (float(p) for p in params)
@@ -167,6 +171,10 @@ def apply_params(model: mujoco.MjModel, scene: Scene, params: np.ndarray) -> Non
     model.body_mass[bid] = base.body_mass[bid] + added_mass
     for aid in scene.info.actuator_ids:
         gain, bias = base.actuator_gainprm[aid], base.actuator_biasprm[aid]
+        if base.actuator_gaintype[aid] == mujoco.mjtGain.mjGAIN_DCMOTOR:
+            model.actuator_gainprm[aid, DC_KP] = gain[DC_KP] * kp_scale * strength
+            model.actuator_gainprm[aid, DC_KD] = gain[DC_KD] * kd_scale * strength
+            continue
         is_position = bias[1] != 0.0
         stiffness = kp_scale if is_position else kd_scale
         model.actuator_gainprm[aid, 0] = gain[0] * stiffness * strength
