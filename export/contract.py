@@ -65,6 +65,12 @@ def action_entries(source: PolicySource) -> list[dict[str, Any]]:
     return entries
 
 
+def trained_leg_actuator(env_config: dict[str, Any] | None) -> str:
+    """The leg drive model of the task config a run trained on ("pd" when not recorded: every run
+    before the DC-motor model existed simulated PD drives)."""
+    return str(((env_config or {}).get("sim") or {}).get("leg_actuator") or "pd")
+
+
 def action_clip(source: PolicySource) -> float | None:
     """The raw action clip applied before scaling: from the action layout or the task config."""
     clip = source.action_layout.get("clip")
@@ -108,6 +114,8 @@ def build_contract(
             "source_commit": source_commit(source.config),
             "obs_normalization": bool(source.network.normalize_obs),
             "checkpoint": source.path.name,
+            # How the run simulated its leg drives (sim2sim runs the policy on the same by default).
+            "leg_actuator": trained_leg_actuator(source.env_config),
         },
         "export": {
             "time_utc": dt.datetime.now(dt.UTC).strftime("%Y-%m-%dT%H:%M:%SZ"),

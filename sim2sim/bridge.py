@@ -23,7 +23,7 @@ from sim2sim.commands import FORMAT_HELP, CommandSchedule
 from sim2sim.course import COURSE_SEED
 from sim2sim.hardware import HardwareConfig, SimHardware, Topics, steps_between
 from sim2sim.world import TERRAINS, RoughTerrainConfig, build_world
-from training.sim.model import LegActuator
+from training.sim.model import LEG_ACTUATOR_MODELS, LegActuator
 
 Publish = Callable[[str, Any, float], None]
 CLOCK_TOPIC = "/clock"
@@ -69,6 +69,13 @@ BRIDGE_PARAMS: tuple[ParamSpec, ...] = (
     ParamSpec(
         "command_timeout", _HW.command_timeout, "Seconds without joint commands before the drives damp", 0.01, 5.0
     ),
+    ParamSpec(
+        "leg_actuator",
+        "pd",
+        "Leg drives: pd (a torque limit at any speed) or dc_motor (the drive's torque-speed line, no torque left in "
+        "the direction of motion at 7.5 rad/s); the policy's training.leg_actuator says which it trained with",
+        choices=LEG_ACTUATOR_MODELS,
+    ),
     ParamSpec("real_time_factor", 1.0, "Simulated seconds per wall-clock second", 0.01, 100.0),
     ParamSpec(
         "publish_clock",
@@ -105,6 +112,12 @@ def build_bridge_parser() -> argparse.ArgumentParser:
     )
     p.add_argument("--robot", dest="robot_config", help="robot contract YAML (parameter robot_config)")
     p.add_argument("--physics-hz", dest="physics_hz", type=float, help="physics = JointState rate (default 400)")
+    p.add_argument(
+        "--leg-actuator",
+        dest="leg_actuator",
+        choices=LEG_ACTUATOR_MODELS,
+        help="leg drive model (parameter leg_actuator; pd)",
+    )
     p.add_argument("--real-time-factor", dest="real_time_factor", type=float, help="simulated s per wall s (1)")
     p.add_argument("--commands", dest="commands_script", help="command script to play on cmd_vel (format below)")
     p.add_argument("--commands-delay", dest="commands_delay", type=float, help="s before the script starts (3)")
@@ -148,7 +161,7 @@ class SimBridge:
             physics_dt=1.0 / cfg.hardware.physics_hz,
             seed=cfg.seed,
             rough=cfg.rough,
-            leg_actuator=LegActuator(cfg.hardware.leg_actuator),
+            leg_actuator=LegActuator(cfg.hardware.leg_actuator or "pd"),  # no policy here to take it from
         )
         self.hardware = SimHardware(world, robot, factory, publish, cfg.hardware, cfg.topics)
         self.steps_per_tick = steps_between(cfg.hardware.physics_hz, 1.0 / robot.rates.policy_dt, "the policy rate")

@@ -49,6 +49,7 @@ class SimBridgeNode(Node):
             map_hz=p["map_hz"],
             map_size=p["map_size"],
             map_resolution=p["map_resolution"],
+            leg_actuator=p["leg_actuator"],
             odom_frame=p["odom_frame"],
             base_frame=p["base_frame"],
             command_timeout=p["command_timeout"],

@@ -123,8 +123,8 @@ def build_parser() -> argparse.ArgumentParser:
         choices=LEG_ACTUATOR_MODELS,
         default=hw.leg_actuator,
         help="how the leg drives turn PD targets into torque: 'pd' (a torque limit at any speed) or 'dc_motor' "
-        "(the drive's torque-speed line, no torque left in the direction of motion at 7.5 rad/s) "
-        "(default %(default)s)",
+        "(the drive's torque-speed line, no torque left in the direction of motion at 7.5 rad/s) (default: as "
+        "the policy trained, its contract's training.leg_actuator; 'pd' for policies exported before it)",
     )
     g = p.add_argument_group("falls")
     g.add_argument(

@@ -108,11 +108,12 @@ def drive_course(
     driver: DriverConfig | None = None,
     robot: Robot | None = None,
     progress: bool = False,
-    leg_actuator: str = "pd",
+    leg_actuator: str | None = None,
 ) -> tuple[CourseRun, Course]:
     """Drive ``policy`` over the strip of ``course_config`` (default: the terrain course; its layout
     names the terrain, "course" or "block") and ``seed``; ``time_limit``: seconds of driving
-    (default: :func:`default_time_limit`). Returns the run and the strip it drove."""
+    (default: :func:`default_time_limit`); ``leg_actuator``: the leg drive model (None: as the policy
+    trained). Returns the run and the strip it drove."""
     from sim2sim.runner import run  # the runner imports the world, which imports the course
 
     check_speed(speed)

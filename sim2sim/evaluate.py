@@ -157,9 +157,19 @@ def controller_fault(result: Any) -> str | None:
     return f"t = {time:.2f} s: {result.fault}" if time is not None else result.fault
 
 
+def trained_leg_actuator(path: Path) -> str:
+    """The leg drive model the policy in ``path`` trained with (its contract's training.leg_actuator)."""
+    from aow_policy.policy import PolicyRunner
+    from aow_policy.robot import load_robot
+    from sim2sim.runner import policy_leg_actuator
+
+    return policy_leg_actuator(PolicyRunner.load(path, load_robot()).contract)
+
+
 def evaluate_policy(
-    name: str, path: Path, progress: bool = False, full_range_repeats: int = 0, leg_actuator: str = "pd"
+    name: str, path: Path, progress: bool = False, full_range_repeats: int = 0, leg_actuator: str | None = None
 ) -> PolicyScore:
+    """``leg_actuator``: the leg drive model (None: as the policy trained, its contract's)."""
     from sim2sim.hardware import HardwareConfig
     from sim2sim.runner import run
 
@@ -316,10 +326,9 @@ def build_parser() -> argparse.ArgumentParser:
     p.add_argument(
         "--leg-actuator",
         choices=LEG_ACTUATOR_MODELS,
-        default="pd",
-        help="how the simulated leg drives turn the PD targets into torque: 'pd' (a torque limit at any speed, as "
-        "training simulated them by default) or 'dc_motor' (the drive's torque-speed line: no torque left in "
-        "the direction of motion at the contract's 7.5 rad/s) (default %(default)s)",
+        help="how the simulated leg drives turn the PD targets into torque, for every policy: 'pd' (a torque limit at "
+        "any speed) or 'dc_motor' (the drive's torque-speed line: no torque left in the direction of motion at "
+        "the contract's 7.5 rad/s) (default: each policy's own, its contract's training.leg_actuator)",
     )
     g = p.add_argument_group("terrain course (issue 16) and 20 cm block (the paper's experiment A)")
     g.add_argument("--course", action="store_true", help="also drive the terrain course, with the map and blanked")
@@ -401,6 +410,8 @@ def main(argv: list[str] | None = None) -> int:
     if (course or block) and args.time_limit is not None and not args.time_limit > 0:
         print(f"sim2sim.evaluate: error: --time-limit must be positive, got {args.time_limit}", file=sys.stderr)
         return 2
+    # Each policy on the leg drives it trained with, unless --leg-actuator names one for all.
+    legs = {name: args.leg_actuator or trained_leg_actuator(path) for name, path in policies.items()}
     payload: dict[str, Any] = {}
     table = ""
     if not (args.course_only or args.block_only):
@@ -413,7 +424,7 @@ def main(argv: list[str] | None = None) -> int:
                     path,
                     progress=not args.no_progress,
                     full_range_repeats=args.full_range_repeats,
-                    leg_actuator=args.leg_actuator,
+                    leg_actuator=legs[name],
                 )
             )
         by_name = {s.name: s for s in scores}
@@ -445,13 +456,15 @@ def main(argv: list[str] | None = None) -> int:
             seed=seed,
             time_limit=args.time_limit,
             progress=not args.no_progress,
-            leg_actuator=args.leg_actuator,
+            leg_actuators=legs,
         )
         heading = f"## {course_eval.strip_title(config)}\n\n{part}"
         table = f"{table}\n{heading}" if table else heading
-    payload["leg_actuator"] = args.leg_actuator
-    if args.leg_actuator != "pd":
-        table = f"Leg drives simulated as `{args.leg_actuator}` (`--leg-actuator`).\n\n{table}"
+    payload["leg_actuators"] = legs
+    if set(legs.values()) != {"pd"}:
+        named = ", ".join(f"{name} `{model}`" for name, model in legs.items())
+        how = "--leg-actuator" if args.leg_actuator else "as each trained; --leg-actuator sets one for all"
+        table = f"Leg drives simulated as: {named} ({how}).\n\n{table}"
     args.out.mkdir(parents=True, exist_ok=True)
     atomic_write_text(args.out / "evaluation.md", table)
     atomic_write_text(args.out / "evaluation.json", json.dumps(payload, indent=2, default=float) + "\n")
@@ -468,7 +481,7 @@ def evaluate_strip(
     seed: int = COURSE_SEED,
     time_limit: float | None = None,
     progress: bool = True,
-    leg_actuator: str = "pd",
+    leg_actuators: dict[str, str] | None = None,
 ) -> tuple[str, dict[str, Any]]:
     """Each policy over the strip of ``config`` (the course or the block) at ``speed``, with the map
     and blanked; ``time_limit``: s of driving per run (None: the strip's default).
@@ -488,7 +501,7 @@ def evaluate_strip(
                 course_config=config,
                 stand_up=STAND_UP_S,
                 progress=progress,
-                leg_actuator=leg_actuator,
+                leg_actuator=(leg_actuators or {}).get(name),
             )
             runs[name][mode] = run
     assert course is not None  # at least one policy ran

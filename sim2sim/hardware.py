@@ -73,12 +73,13 @@ class HardwareConfig:
     # nothing else changes: same cells, frame, stamps and rate, the robot on the same terrain.
     blank_map: bool = False
     # How the leg drives are simulated (training.sim.model.LegActuator): "pd", a PD with a torque
-    # limit at any speed as training has simulated them, or "dc_motor", the same PD within the
-    # drive's torque-speed line (no torque left in the direction of motion at 7.5 rad/s).
-    leg_actuator: str = "pd"
+    # limit at any speed, or "dc_motor", the same PD within the drive's torque-speed line (no torque
+    # left in the direction of motion at 7.5 rad/s); None: as the policy trained (its ONNX contract's
+    # training.leg_actuator; "pd" where there is no policy or the contract predates the field).
+    leg_actuator: str | None = None
 
     def validate(self) -> None:
-        if self.leg_actuator not in LEG_ACTUATOR_MODELS:
+        if self.leg_actuator is not None and self.leg_actuator not in LEG_ACTUATOR_MODELS:
             raise ValueError(f"leg_actuator must be one of {LEG_ACTUATOR_MODELS}, got {self.leg_actuator!r}")
         for name in ("physics_hz", "odometry_hz", "map_hz", "map_size", "map_resolution", "command_timeout"):
             value = getattr(self, name)

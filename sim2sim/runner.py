@@ -61,7 +61,7 @@ from sim2sim.metrics import (
 )
 from sim2sim.recorder import BagRecorder
 from sim2sim.world import RoughTerrainConfig, build_world
-from training.sim.model import LegActuator
+from training.sim.model import LEG_ACTUATOR_MODELS, LegActuator
 from viz.video import VideoOptions, check_target
 
 if TYPE_CHECKING:
@@ -159,6 +159,7 @@ class Sim2SimResult:
     controller_loop: dict[str, float] = field(default_factory=dict)  # core.step compute time (LoopStats)
     video: Path | None = None  # --video: the MP4 file written
     video_frames: int = 0
+    leg_actuator: str = "pd"  # how the leg drives were simulated (training.sim.model.LegActuator)
 
     @property
     def fell(self) -> bool:
@@ -175,7 +176,7 @@ class Sim2SimResult:
         """A short human-readable report."""
         lines = [
             f"sim-to-sim: {self.sim_time:.1f} s simulated on {self.terrain} ground in {self.wall_time:.1f} s "
-            f"(real-time factor {self.real_time_factor:.1f})",
+            f"(real-time factor {self.real_time_factor:.1f}), {self.leg_actuator} leg drives",
         ]
         if self.policy_start is None:
             lines.append("the controller never reached POLICY")
@@ -302,6 +303,14 @@ def diagnostics_msg(factory: MessageFactory, core: ControllerCore, loop: LoopSta
     return factory.new("diagnostic_msgs/msg/DiagnosticArray", header=factory.header(now), status=[status])
 
 
+def policy_leg_actuator(contract: Mapping[str, Any]) -> str:
+    """The leg drive model a policy trained with, from its ONNX contract ("pd" before the field existed)."""
+    model = (contract.get("training") or {}).get("leg_actuator") or "pd"
+    if model not in LEG_ACTUATOR_MODELS:
+        raise ValueError(f"policy contract training.leg_actuator: expected one of {LEG_ACTUATOR_MODELS}, got {model!r}")
+    return str(model)
+
+
 def run(
     policy: str | os.PathLike[str],
     duration: float | None = None,
@@ -363,6 +372,7 @@ def run(
 
     typestore = get_typestore(DISTROS[cfg.distro])
     factory = MessageFactory.from_typestore(typestore)
+    leg_actuator = hw_cfg.leg_actuator or policy_leg_actuator(runner.contract)
     world = build_world(
         robot,
         cfg.terrain,
@@ -370,7 +380,7 @@ def run(
         seed=cfg.seed,
         rough=cfg.rough,
         course=cfg.course,
-        leg_actuator=LegActuator(hw_cfg.leg_actuator),
+        leg_actuator=LegActuator(leg_actuator),
     )
     topics = cfg.topics
     bus = Bus()
@@ -523,4 +533,5 @@ def run(
         commands_refused_by_hardware=hardware.commands_refused,
         video=video_path,
         video_frames=video_frames,
+        leg_actuator=leg_actuator,
     )

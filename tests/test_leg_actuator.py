@@ -220,3 +220,44 @@ def test_a_shipped_policy_runs_on_dc_motor_legs_in_sim_to_sim():
     commands = [{"name": "forward", "duration": 1.5, "vx": 0.5}, {"name": "turn", "duration": 1.5, "yaw_rate": 0.5}]
     result = run(policy, 5.0, commands, hardware=HardwareConfig(leg_actuator="dc_motor"))
     assert result.final_state == "POLICY" and not result.fell
+
+
+def test_each_policy_runs_on_the_leg_drives_it_trained_with(tmp_path):
+    """The exported contract says which drives the run simulated; sim-to-sim takes them unless told."""
+    from test_sim2sim import constant_policy
+
+    from export.contract import trained_leg_actuator
+    from sim2sim.hardware import HardwareConfig
+    from sim2sim.runner import policy_leg_actuator, run
+
+    assert trained_leg_actuator({"sim": {"leg_actuator": "dc_motor"}}) == "dc_motor"
+    assert trained_leg_actuator({"sim": {}}) == trained_leg_actuator(None) == "pd"  # runs before the field
+    with pytest.raises(ValueError, match=r"training\.leg_actuator: expected one of"):
+        policy_leg_actuator({"training": {"leg_actuator": "servo"}})
+
+    stand = np.zeros(len(ROBOT.joints))
+    dc = constant_policy(tmp_path / "dc.onnx", stand, leg_actuator="dc_motor")
+    plain = constant_policy(tmp_path / "plain.onnx", stand)
+    assert run(dc, 1.0, stand_up=0.5).leg_actuator == "dc_motor"
+    assert run(plain, 1.0, stand_up=0.5).leg_actuator == "pd"
+    assert run(dc, 1.0, stand_up=0.5, hardware=HardwareConfig(leg_actuator="pd")).leg_actuator == "pd"
+
+
+def test_the_ros_sim_bridge_takes_the_leg_drive_model_as_a_parameter():
+    from rosbags.typesys import Stores, get_typestore
+
+    from aow_policy.messages import MessageFactory
+    from sim2sim.bridge import BRIDGE_PARAMS, BridgeConfig, SimBridge, parameter_overrides
+    from sim2sim.hardware import HardwareConfig
+
+    assert parameter_overrides(["--leg-actuator", "dc_motor"]) == ({"leg_actuator": "dc_motor"}, [])
+    spec = next(p for p in BRIDGE_PARAMS if p.name == "leg_actuator")
+    assert spec.default == "pd"
+    with pytest.raises(ValueError, match="leg_actuator"):
+        spec.check("servo")
+    factory = MessageFactory.from_typestore(get_typestore(Stores.ROS2_HUMBLE))
+    for model, gain_type in (("dc_motor", mujoco.mjtGain.mjGAIN_DCMOTOR), (None, mujoco.mjtGain.mjGAIN_FIXED)):
+        config = BridgeConfig(hardware=HardwareConfig(leg_actuator=model), publish_clock=False)
+        bridge = SimBridge(ROBOT, factory, lambda *_: None, config)
+        world = bridge.hardware.world
+        assert (world.model.actuator_gaintype[world.info.actuator_ids[:12]] == gain_type).all()

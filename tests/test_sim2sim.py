@@ -59,9 +59,12 @@ def exported_policy(tmp_path_factory) -> Path:
     return result.onnx_path
 
 
-def constant_policy(path: Path, actions: np.ndarray) -> Path:
-    """ONNX policy whose output is ``actions`` whatever the observation (Gemm with zero weights)."""
+def constant_policy(path: Path, actions: np.ndarray, leg_actuator: str | None = None) -> Path:
+    """ONNX policy whose output is ``actions`` whatever the observation (Gemm with zero weights);
+    ``leg_actuator``: the leg drive model its contract says it trained with (None: not recorded)."""
     contract = policy_contract_for(ROBOT, locomotion_layout(ROBOT))
+    if leg_actuator is not None:
+        contract["training"]["leg_actuator"] = leg_actuator
     dim, n = contract["observation"]["dim"], len(actions)
     graph = helper.make_graph(
         [helper.make_node("Gemm", ["obs", "w", "b"], ["actions"])],

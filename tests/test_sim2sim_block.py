@@ -137,7 +137,7 @@ def test_evaluate_block_only_end_to_end(tmp_path, monkeypatch):
     argv = ["--block-only", "--policy", f"relief={relief}", "--out", str(out), "--no-progress"]
     assert evaluate.main(argv) == 0
     data = json.loads((out / "evaluation.json").read_text())
-    assert set(data) == {"block"}  # neither the flat sequences nor the course
+    assert set(data) == {"block", "leg_actuators"}  # neither the flat sequences nor the course
     b = data["block"]
     assert b["description"]["layout"] == "block" and b["description"]["length_m"] == pytest.approx(3.5)
     assert b["speed"] == 1.0 and b["time_limit_s"] == pytest.approx(7.0)  # 3.5 m at half the speed
@@ -169,7 +169,8 @@ def test_evaluate_puts_the_experiment_a_block_after_the_course(tmp_path, monkeyp
     block at 1.0 m/s, --time-limit to both, each part under its heading and JSON key."""
     calls = []
 
-    def fake_strip(policies, config, speed, *, seed, time_limit, progress):
+    def fake_strip(policies, config, speed, *, seed, time_limit, progress, leg_actuators):
+        assert leg_actuators == {"a": "pd"}  # the shipped flat policy's contract predates the field
         calls.append((config, speed, seed, time_limit))
         return f"{config.layout} table\n", {"layout": config.layout}
 
@@ -184,6 +185,7 @@ def test_evaluate_puts_the_experiment_a_block_after_the_course(tmp_path, monkeyp
     assert json.loads((out / "evaluation.json").read_text()) == {
         "course": {"layout": "course"},
         "block": {"layout": "block"},
+        "leg_actuators": {"a": "pd"},
     }
 
 

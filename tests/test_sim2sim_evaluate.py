@@ -139,7 +139,8 @@ def test_evaluation_of_a_rolling_policy(tmp_path, monkeypatch) -> None:
     assert roll["falls"] == {"reference": 0, "full_range": 0} and roll["full_range_repeat_falls"] == [0]
     assert data["bar"]["roll"]["forward_error_below_0.2"] is (expected < 0.2)
     assert "| roll |" in (out / "evaluation.md").read_text() and "| roll | 0 of 2 | 0, 0 |" in data_md(out)
-    assert data["leg_actuator"] == "pd" and data_md(out).startswith("| policy |")
+    # Neither contract names a leg drive model: both ran on the PD drives of every earlier run.
+    assert data["leg_actuators"] == {"roll": "pd", "still": "pd"} and data_md(out).startswith("| policy |")
 
 
 def data_md(out: Path) -> str:
@@ -154,8 +155,8 @@ def test_evaluation_on_dc_motor_legs_is_recorded_as_such(tmp_path, monkeypatch) 
     assert evaluate.main(["--policy", f"roll={roller}", "--out", str(out), "--no-progress",
                           "--leg-actuator", "dc_motor"]) == 0  # fmt: skip
     data = json.loads((out / "evaluation.json").read_text())
-    assert data["leg_actuator"] == "dc_motor"
-    assert data_md(out).startswith("Leg drives simulated as `dc_motor`")
+    assert data["leg_actuators"] == {"roll": "dc_motor"}
+    assert data_md(out).startswith("Leg drives simulated as: roll `dc_motor` (--leg-actuator)")
     roll = data["policies"][0]
     assert roll["forward_error"] == pytest.approx(abs(1.0 - 5.0 * WHEEL.radius), abs=0.05)
     assert roll["falls"] == {"reference": 0, "full_range": 0}
