@@ -23,7 +23,7 @@ runs_from=${RUNS_FROM:-$repo/policies/runs}
 flat_envs=${FLAT_ENVS:-4096}
 rough_envs=${ROUGH_ENVS:-8192}
 read -r -a placement <<< "${PLACEMENT:---device cuda --backend mujoco_warp}"  # PLACEMENT: for a dry run on a CPU
-read -r -a wanted <<< "${RUNS:-rough_lowent_np3o rough_progress_ppo}"
+read -r -a wanted <<< "${RUNS:-rough_dc_np3o rough_dc_ppo rough_lowent_np3o}"
 kappa=(--set algo_params.kappa_init=0.1 --set algo_params.kappa_max=0.2)
 moving="--env-override rewards.air_time_gate=moving"
 constraint_rewards="--env-override rewards.constraint_rewards=true"
@@ -80,8 +80,11 @@ spec() {
     # directories resume with their own configs.
     rough_progress_ppo)
       echo "$rough_envs --task aow_rough_style --algo ppo $constraint_rewards $moving $symmetric $reversals $trip --env-override rewards.weights.hip_range=-1.0 --set ppo.entropy_coef=0.001 --set ppo.entropy_coef_final=0.001 --env-override terrain.curriculum_distance=along_command --init-from policies/runs/flat_style_lowent_trip_ppo/model_82.pt" ;;
-    # rough_lowent_np3o is a fork (aow-train --fork) of rough_progress_np3o's it. 249: it resumes
-    # from its committed directory; it has no fresh start.
+    # Forks (aow-train --fork) resume from their committed directories and have no fresh start:
+    # rough_lowent_np3o (rough_progress_np3o's it. 249, entropy 0.001), and since session 14 the
+    # drive-line forks rough_dc_np3o (rough_lowent_np3o's it. 395) and rough_dc_ppo
+    # (rough_progress_ppo's it. 49), --env-override sim.leg_actuator=dc_motor.
+    rough_lowent_np3o | rough_dc_np3o | rough_dc_ppo) echo "$rough_envs" ;;
     rough_style_np3o) echo "$rough_envs --task aow_rough_style --algo np3o ${kappa[*]} $moving $symmetric $reversals" ;;
     rough_style_ppo)
       echo "$rough_envs --task aow_rough_style --algo ppo $constraint_rewards $moving $symmetric $reversals" ;;
@@ -97,6 +100,10 @@ for name in "${wanted[@]}"; do
     cp -r "$runs_from/$name" "$work/$name"
     args=(--resume "$work/$name" --num-envs "$envs" "${placement[@]}" "${common[@]}")
   else
+    if [ "${#flags[@]}" -lt 2 ]; then
+      echo "$name is a fork with no fresh start: its directory (model_*.pt) must be under $runs_from" >&2
+      exit 2
+    fi
     args=(--run-dir "$work/$name" --num-envs "$envs" "${placement[@]}" --seed 0 --iterations 3000 "${common[@]}"
           "${flags[@]:1}")
   fi

@@ -398,7 +398,7 @@ def _set_to_dc_motor(act: mujoco.MjsActuator, joint: Joint, saturation_torque: f
     act.set_to_dcmotor(
         motorconst=[motor_constant, motor_constant],
         resistance=1.0,
-        # controller: kp, ki, kd, slew rate, (unused), Vmax; ctrlspec 1: the control is a position target
+        # controller: kp, ki, kd, slew rate, integral clamp, Vmax; ctrlspec 1: the control is a position target
         controller=[joint.kp, 0.0, joint.kd, 0.0, 0.0, saturation_torque / motor_constant],
         ctrlspec=1,
     )
