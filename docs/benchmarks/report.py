@@ -4,8 +4,9 @@ and run_walker2d_ant.sh.
     .venv/bin/python docs/benchmarks/report.py runs/bench_hopper docs/benchmarks/hopper
     .venv/bin/python docs/benchmarks/report.py runs/bench_walker2d docs/benchmarks/walker2d
 
-Reads OUT/all (seven algorithms), OUT/np3o_adapt (N-P3O with kappa_adapt), OUT/np3o_kappa1 and
-OUT/ppo_lag_fast as aow-compare left them; unfinished runs are left out (and named).
+Reads OUT/all (seven algorithms), OUT/np3o_adapt (N-P3O with kappa_adapt), OUT/np3o_kappa1,
+OUT/ppo_lag_fast, and run_defaults.sh's OUT/defaults_noise03 and OUT/p3o_default as aow-compare left
+them (whichever are there); unfinished runs are left out (and named).
 """
 
 from __future__ import annotations
@@ -30,6 +31,10 @@ NAMES = {
     "np3o_adapt": "N-P3O, kappa_adapt = 0.05",
     "np3o_kappa1": "N-P3O, kappa held at 1",
     "ppo_lag_fast": "PPO-Lagrangian, lambda_lr = 0.035",
+    "np3o_default_noise03": "N-P3O, defaults (kappa adapted), init_noise_std = 0.3",
+    "p3o_default_noise03": "P3O, defaults (kappa adapted), init_noise_std = 0.3",
+    "p3o_default": "P3O, defaults (kappa adapted)",
+    "ppo_noise03": "PPO (unconstrained), init_noise_std = 0.3",
 }
 STEPS_PER_ITERATION = 32 * 64
 # The runs' length (run_hopper.sh --iterations); a run trained further (N-P3O seed 0 was trained
@@ -71,6 +76,11 @@ def run_dirs(root: Path) -> dict[str, list[Path]]:
     out["np3o_adapt"] = sorted((root / "np3o_adapt" / "runs").glob("np3o_s[0-9]"))
     out["np3o_kappa1"] = sorted((root / "np3o_kappa1" / "runs").glob("np3o_s[0-9]"))
     out["ppo_lag_fast"] = sorted((root / "ppo_lag_fast" / "runs").glob("ppo_lag_s[0-9]"))
+    # run_defaults.sh (issue 21 item 2): the algorithms' own defaults, kappa adapted
+    out["np3o_default_noise03"] = sorted((root / "defaults_noise03" / "runs").glob("np3o_s[0-9]"))
+    out["p3o_default_noise03"] = sorted((root / "defaults_noise03" / "runs").glob("p3o_s[0-9]"))
+    out["p3o_default"] = sorted((root / "p3o_default" / "runs").glob("p3o_s[0-9]"))
+    out["ppo_noise03"] = sorted((root / "ppo_noise03" / "runs").glob("ppo_s[0-9]"))
     return out
 
 
@@ -199,6 +209,8 @@ def main(root: Path, dest: Path) -> None:
     fig.savefig(dest / "curves.png", dpi=90)
     plt.close(fig)
 
+    if not any(r for algo in ("np3o", "np3o_adapt", "ppo_lag") for _, r in runs.get(algo, [])):
+        return  # the diagnostics figure compares these three; none of them ran here
     diag = [
         ("cost_return_per_episode/cost", "J_C estimate, per episode (limit 25)", 1.0),
         ("cost_return_sampled/cost", "sampled J_C / eps", "ratio"),

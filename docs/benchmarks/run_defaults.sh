@@ -5,7 +5,7 @@
 # Cost limit 25 per 1000-step episode; 150 iterations of 32 envs x 64 steps = 307,200 steps per
 # run, seed by seed so that a stretch cut short has both algorithms on the same seeds.
 # Resumable: run it again and finished runs are reused, interrupted ones resumed.
-# One core: about 6 minutes per run, 12 runs.
+# One core: about 6 minutes per run, 15 runs.
 set -euo pipefail
 cd "$(dirname "$0")/../.."
 NICE=${NICE:-19}
@@ -15,6 +15,9 @@ for seeds in 1 2 3; do
   nice -n "$NICE" .venv/bin/aow-compare "${COMMON[@]}" --task gym:AoWSafetyAntVelocity-v1 --seeds "$seeds" \
     --algos np3o,p3o --set network.init_noise_std=0.3 --out runs/bench_ant/defaults_noise03
 done
+# The unconstrained reference at the same noise: is the limit binding at all?
+nice -n "$NICE" .venv/bin/aow-compare "${COMMON[@]}" --task gym:AoWSafetyAntVelocity-v1 --seeds 3 --algos ppo \
+  --set network.init_noise_std=0.3 --out runs/bench_ant/ppo_noise03
 for robot in Hopper Walker2d; do
   for seeds in 1 2 3; do
     nice -n "$NICE" .venv/bin/aow-compare "${COMMON[@]}" --task "gym:AoWSafety${robot}Velocity-v1" \
