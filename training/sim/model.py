@@ -37,6 +37,7 @@ from training.sim.anymal_c import Cylinder, Inertial, Leg
 
 FLOOR = "floor"
 LEG_ACTUATOR_MODELS = ("pd", "dc_motor")
+DC_KP, DC_KD = 4, 6  # where MuJoCo's dcmotor keeps its position servo's gains in gainprm
 # ANYdrive 3's stall torque in Isaac Lab's DC-motor model of ANYmal C's legs (ANYDRIVE_3_SIMPLE_ACTUATOR_CFG:
 # saturation_effort 120 N·m with effort_limit 80 N·m and velocity_limit 7.5 rad/s, the contract's two).
 ANYDRIVE_SATURATION_TORQUE = 120.0
@@ -411,8 +412,8 @@ def servo_gains(model: mujoco.MjModel, actuator_ids: np.ndarray) -> tuple[np.nda
     gain, bias = model.actuator_gainprm[actuator_ids], model.actuator_biasprm[actuator_ids]
     is_dc = model.actuator_gaintype[actuator_ids] == mujoco.mjtGain.mjGAIN_DCMOTOR
     is_position = is_dc | (bias[:, 1] != 0.0)
-    kp = np.where(is_dc, gain[:, 4], np.where(is_position, gain[:, 0], 0.0))
-    kd = np.where(is_dc, gain[:, 6], np.where(is_position, -bias[:, 2], gain[:, 0]))
+    kp = np.where(is_dc, gain[:, DC_KP], np.where(is_position, gain[:, 0], 0.0))
+    kd = np.where(is_dc, gain[:, DC_KD], np.where(is_position, -bias[:, 2], gain[:, 0]))
     return is_position, kp, kd
 
 

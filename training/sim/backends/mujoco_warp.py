@@ -25,7 +25,8 @@ import torch
 from training.mdp.math import quat_rotate, quat_rotate_inverse
 from training.sim.backends.base import PhysicsRandomization, SimState
 from training.sim.backends.mujoco_cpu import MAX_SPEED
-from training.sim.backends.scene import DC_KD, DC_KP, Scene, nominal_params, sample_params
+from training.sim.backends.scene import Scene, nominal_params, sample_params
+from training.sim.model import DC_KD, DC_KP
 
 BATCHED_FIELDS = ("geom_friction", "body_mass", "actuator_gainprm", "actuator_biasprm")
 
@@ -254,6 +255,11 @@ class MujocoWarpBackend:
         self._base_q, self._base_v = info.base_qpos_adr, info.base_qvel_adr
         self._expected_time = torch.zeros(num_envs, dtype=torch.float64, device=self.device)
         self._nominal = nominal_params(scene)
+        # The nominal actuator parameters the variants scale, read once (every reset randomizes).
+        self._base_gain = torch.as_tensor(scene.model.actuator_gainprm, dtype=torch.float32, device=self.device)
+        self._base_bias = torch.as_tensor(scene.model.actuator_biasprm, dtype=torch.float32, device=self.device)
+        is_dc = scene.model.actuator_gaintype == mujoco.mjtGain.mjGAIN_DCMOTOR
+        self._is_dc = torch.as_tensor(is_dc, device=self.device)
         self.params = np.tile(self._nominal, (num_envs, 1))
         if self.randomization.enabled:
             self._randomize(np.arange(num_envs))
@@ -408,11 +414,9 @@ class MujocoWarpBackend:
         mass = t(self.m.body_mass)
         mass[idx, scene.info.base_body_id] = float(scene.model.body_mass[scene.info.base_body_id]) + p[:, 1]
         gain, bias = t(self.m.actuator_gainprm), t(self.m.actuator_biasprm)
-        base_gain = torch.as_tensor(scene.model.actuator_gainprm, dtype=torch.float32, device=self.device)
-        base_bias = torch.as_tensor(scene.model.actuator_biasprm, dtype=torch.float32, device=self.device)
+        base_gain, base_bias, is_dc = self._base_gain, self._base_bias, self._is_dc
         kp, kd, strength = p[:, 2:3], p[:, 3:4], p[:, 4:5]
         # As scene.apply_params: DC-motor legs keep their servo gains in gainprm[DC_KP], [DC_KD].
-        is_dc = torch.as_tensor(scene.model.actuator_gaintype == mujoco.mjtGain.mjGAIN_DCMOTOR, device=self.device)
         is_position = base_bias[:, 1] != 0.0
         stiffness = torch.where(is_position, kp, kd)
         gain[idx, :, 0] = torch.where(is_dc, base_gain[:, 0], base_gain[:, 0] * stiffness * strength)

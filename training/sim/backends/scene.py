@@ -27,7 +27,7 @@ import mujoco
 import numpy as np
 
 from aow_policy.robot import Robot, load_robot
-from training.sim.model import BASE_BODY, FLOOR, LegActuator, ModelInfo, build_spec, model_info
+from training.sim.model import BASE_BODY, DC_KD, DC_KP, FLOOR, LegActuator, ModelInfo, build_spec, model_info
 from training.sim.terrain import Terrain
 
 CONES = {"pyramidal": mujoco.mjtCone.mjCONE_PYRAMIDAL, "elliptic": mujoco.mjtCone.mjCONE_ELLIPTIC}
@@ -147,7 +147,6 @@ def base_body(scene: Scene) -> int:
 # ---- physics variants (friction, mass, gains) -------------------------------------------------
 
 PARAM_NAMES = ("friction", "added_base_mass", "kp_scale", "kd_scale", "motor_strength")
-DC_KP, DC_KD = 4, 6  # where MuJoCo's dcmotor keeps its position servo's gains in gainprm
 
 
 def nominal_params(scene: Scene) -> np.ndarray:
