@@ -42,7 +42,9 @@ progress in 10 s: stuck or fallen) or at ``--time-limit``. The course bar: with 
 without a fall at a mean speed of at least 0.8 x the commanded one; blanked measurably worse:
 more falls, not crossing, 0.5 m less progress, or (both crossing) at most 0.9 x the map run's
 mean speed. ``--course-only`` leaves the flat sequences out. Results go into the same two files
-(the JSON key ``course``).
+(the JSON key ``course``). Several speeds (``--speed 0.5 0.75 1.0``: issue 23's bar spans 0.5 - 1.0
+m/s) drive the course once per speed, each under its own heading and JSON key (``course_0.5``,
+``course_0.75``, ``course_1``), and end with a table of the bar per speed (``course_bar_by_speed``).
 
 With ``--block`` each policy also drives the source paper's robot experiment A, "traversing a 20 cm
 high block with 1.0 m/s command to the front": a 4 m run-up, one 20 cm step up onto a 1.2 m long
@@ -345,8 +347,11 @@ def build_parser() -> argparse.ArgumentParser:
     g.add_argument(
         "--speed",
         type=float,
-        help=f"commanded forward speed on the course, m/s ({lo:.1f} - {hi:.1f}; default "
-        f"{course_eval.DEFAULT_SPEED}); the block runs at the paper's 1.0 m/s",
+        nargs="+",
+        metavar="SPEED",
+        help=f"commanded forward speed(s) on the course, m/s ({lo:.1f} - {hi:.1f}; default "
+        f"{course_eval.DEFAULT_SPEED}); several (e.g. 0.5 0.75 1.0) drive the course once per speed and add a "
+        "table of the bar per speed (issue 23's bar spans 0.5 - 1.0); the block runs at the paper's 1.0 m/s",
     )
     g.add_argument(
         "--seed",
@@ -399,11 +404,14 @@ def main(argv: list[str] | None = None) -> int:
         message = "--speed sets the terrain course's speed (--course); the block runs at the paper's 1.0 m/s"
         print(f"sim2sim.evaluate: error: {message}", file=sys.stderr)
         return 2
-    if args.speed is None:
-        args.speed = course_eval.DEFAULT_SPEED
+    speeds = args.speed or [course_eval.DEFAULT_SPEED]
+    if len(set(speeds)) != len(speeds):
+        print(f"sim2sim.evaluate: error: --speed: a speed given twice in {speeds}", file=sys.stderr)
+        return 2
     if course:
         try:
-            course_eval.check_speed(args.speed)
+            for speed in speeds:
+                course_eval.check_speed(speed)
         except ValueError as e:
             print(f"sim2sim.evaluate: error: --speed: {e}", file=sys.stderr)
             return 2
@@ -444,8 +452,10 @@ def main(argv: list[str] | None = None) -> int:
             ],
             "bar": checks,
         }
-    # Each strip driven: its part of the markdown under a heading naming it, its JSON key.
-    strips = [("course", COURSE, args.speed, args.seed)] if course else []
+    # Each strip driven: its part of the markdown under a heading naming it, its JSON key. One
+    # speed keeps the key "course"; several give one "course_<speed>" each and a table of the bar.
+    several = course and len(speeds) > 1
+    strips = [(course_key(s, several), COURSE, s, args.seed) for s in speeds] if course else []
     if block:
         strips.append(("block", BLOCK, BLOCK_SPEED, COURSE_SEED))  # the block has no random part
     for key, config, speed, seed in strips:
@@ -458,8 +468,13 @@ def main(argv: list[str] | None = None) -> int:
             progress=not args.no_progress,
             leg_actuators=legs,
         )
-        heading = f"## {course_eval.strip_title(config)}\n\n{part}"
+        title = course_eval.strip_title(config) + (f" at {speed:g} m/s" if several and key != "block" else "")
+        heading = f"## {title}\n\n{part}"
         table = f"{table}\n{heading}" if table else heading
+    if several:
+        payload["course_bar_by_speed"] = bar_by_speed({s: payload[course_key(s, True)] for s in speeds})
+        heading = f"## The course bar over speeds\n\n{bar_by_speed_markdown(payload['course_bar_by_speed'], speeds)}"
+        table = f"{table}\n{heading}"
     payload["leg_actuators"] = legs
     if set(legs.values()) != {"pd"}:
         named = ", ".join(f"{name} `{model}`" for name, model in legs.items())
@@ -471,6 +486,37 @@ def main(argv: list[str] | None = None) -> int:
     print(table)
     print(f"wrote {args.out / 'evaluation.md'} and evaluation.json")
     return 0
+
+
+def course_key(speed: float, several: bool) -> str:
+    """The JSON key of one course drive: "course", or "course_<speed>" where several speeds ran."""
+    return f"course_{speed:g}" if several else "course"
+
+
+def bar_by_speed(courses: dict[float, dict[str, Any]]) -> dict[str, dict[str, Any]]:
+    """Per policy: the speeds at which it passes the course bar, and whether it passes at all of them."""
+    names = next(iter(courses.values()))["bar"].keys()
+    result = {}
+    for name in names:
+        passed = {speed: bool(c["bar"][name]["passes"]) for speed, c in courses.items()}
+        result[name] = {
+            "passes_at": [s for s, ok in passed.items() if ok],
+            "fails_at": [s for s, ok in passed.items() if not ok],
+            "passes_all": all(passed.values()),
+        }
+    return result
+
+
+def bar_by_speed_markdown(by_policy: dict[str, dict[str, Any]], speeds: list[float]) -> str:
+    """One row per policy, one column per commanded speed: the course bar passed or not."""
+    lines = [
+        "| policy | " + " | ".join(f"{s:g} m/s" for s in speeds) + " | all speeds |",
+        "| --- | " + " | ".join("---" for _ in speeds) + " | --- |",
+    ]
+    for name, r in by_policy.items():
+        cells = " | ".join("passes" if s in r["passes_at"] else "fails" for s in speeds)
+        lines.append(f"| {name} | {cells} | {r['passes_all']} |")
+    return "\n".join(lines) + "\n"
 
 
 def evaluate_strip(

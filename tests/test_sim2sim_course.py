@@ -445,3 +445,35 @@ def test_evaluate_course_passes_a_policy_that_crosses_and_uses_its_map(tmp_path,
     md = (out / "evaluation.md").read_text()
     assert "| relief | True | True | True | True (mean speed" in md
     assert "| blind | True | True | True | False | False |" in md
+
+
+def test_evaluate_course_at_several_speeds_tables_the_bar_per_speed(tmp_path, monkeypatch):
+    """--speed 0.5 1.0 drives the mild course once per speed ("course_0.5", "course_1") and tables the
+    bar per speed. The time limit (1.1 x the strip's length at 1.0 m/s) lets the roller cross at
+    1.0 m/s and stops it at 0.5 m/s, so the bar passes at one speed and fails at the other."""
+    monkeypatch.setattr(evaluate, "COURSE", MILD_COURSE)
+    monkeypatch.setattr(evaluate, "STAND_UP_S", 0.5)
+    relief = relief_roller_policy(tmp_path / "relief.onnx", relief_boost=4.0)
+    length = generate_course(MILD_COURSE).length
+    out = tmp_path / "eval"
+    argv = ["--course-only", "--policy", f"relief={relief}", "--speed", "0.5", "1.0",
+            "--time-limit", f"{1.1 * length:.2f}", "--out", str(out), "--no-progress"]  # fmt: skip
+    assert evaluate.main(argv) == 0
+    data = json.loads((out / "evaluation.json").read_text())
+    assert "course" not in data and data["course_0.5"]["speed"] == 0.5 and data["course_1"]["speed"] == 1.0
+    assert data["course_1"]["policies"]["relief"]["map"]["crossed"]
+    assert data["course_0.5"]["policies"]["relief"]["map"]["end"] == "time limit"
+    assert data["course_bar_by_speed"] == {"relief": {"passes_at": [1.0], "fails_at": [0.5], "passes_all": False}}
+    md = (out / "evaluation.md").read_text()
+    assert "## Terrain course at 0.5 m/s" in md and "## Terrain course at 1 m/s" in md
+    assert "| policy | 0.5 m/s | 1 m/s | all speeds |" in md and "| relief | fails | passes | False |" in md
+
+
+def test_evaluate_course_speeds_are_checked_each_and_once(tmp_path, capsys):
+    policy = str(FLAT_NP3O)
+    argv = ["--course", "--speed", "0.5", "1.2", "--policy", f"a={policy}", "--out", str(tmp_path)]
+    assert evaluate.main(argv) == 2
+    assert "1.2" in capsys.readouterr().err
+    argv = ["--course", "--speed", "0.5", "0.5", "--policy", f"a={policy}", "--out", str(tmp_path)]
+    assert evaluate.main(argv) == 2
+    assert "twice" in capsys.readouterr().err
