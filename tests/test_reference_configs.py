@@ -68,3 +68,39 @@ def test_the_ppo_recipe_adds_the_hip_range_penalty_to_the_full_reward_set():
     cfg = load_config_yaml(CONFIGS / "aow_flat_ppo.yaml")
     task, plain = task_config(cfg.task, **cfg.env_overrides), task_config(cfg.task)
     assert task.rewards.weights == {**plain.rewards.weights, "hip_range": -1.0}
+
+
+def test_rough_recipe():
+    """The rough recipe: the flat recipe's terms and trip on the height-scan task, the leg drives'
+    torque-speed line, the progress curriculum and the entropy bonus held at 0.001."""
+    cfg = load_config_yaml(CONFIGS / "aow_rough_np3o.yaml")
+    cfg.validate()
+    assert (cfg.task, cfg.algo) == ("aow_rough_style", "np3o") and cfg.network.symmetric_actor is True
+    task = task_config(cfg.task, **cfg.env_overrides)
+    assert task.observations.height_scan and task.terrain.kind == "rough"
+    assert task.sim.leg_actuator == "dc_motor" and task.terrain.curriculum_distance == "along_command"
+    assert task.rewards.air_time_gate == "moving" and task.commands.reversal_share == 0.2
+    assert task.terminations.joint_speed_trip == ControllerConfig().joint_velocity_factor
+    assert (cfg.ppo.entropy_coef, cfg.ppo.entropy_coef_final) == (0.001, 0.001)
+    assert (cfg.algo_params.kappa_init, cfg.algo_params.kappa_max) == (0.1, 0.2)
+
+
+def test_the_shipped_rough_policy_was_trained_with_the_rough_recipe():
+    """policies/aow_rough_np3o's saved config is the recipe's (reached branch by branch), and its
+    checkpoint (stripped) and ONNX contract name the task, the algorithm, the iteration and the
+    leg drive model it trained with."""
+    from training.checkpoint import load_checkpoint
+
+    shipped = Path(__file__).resolve().parents[1] / "policies" / "aow_rough_np3o"
+    recipe = load_config_yaml(CONFIGS / "aow_rough_np3o.yaml")
+    cfg = load_config_yaml(shipped / "config.yaml")
+    assert (cfg.task, cfg.algo, cfg.num_envs) == (recipe.task, recipe.algo, recipe.num_envs)
+    assert cfg.network == recipe.network and cfg.algo_params == recipe.algo_params and cfg.ppo == recipe.ppo
+    task, recipe_task = task_config(cfg.task, **cfg.env_overrides), task_config(recipe.task, **recipe.env_overrides)
+    for section in ("rewards", "commands", "terminations", "costs", "observations", "terrain", "sim"):
+        assert getattr(task, section) == getattr(recipe_task, section), section
+    ckpt = load_checkpoint(shipped / "model_582.pt")
+    assert (ckpt["iteration"], ckpt["config"]["task"], ckpt["config"]["algo"]) == (582, "aow_rough_style", "np3o")
+    assert "runner_state" not in ckpt
+    contract = (shipped / "policy.yaml").read_text()
+    assert "task: aow_rough_style, algorithm: np3o, iteration: 582" in contract and "leg_actuator: dc_motor" in contract
