@@ -344,7 +344,8 @@ class RobotStandIn:
     flat ``elevation_map`` around the base at ``map_hz``; records ``joint_commands`` and
     ``/diagnostics``. ``inputs`` changes what is published (pauses, NaN, joint velocities/efforts).
     With ``play_robot=False`` it is the operator only (the sim bridge plays the robot): it records
-    ``odometry`` (:attr:`odometry`: header stamp, vx, vy, yaw rate in the base frame) instead.
+    ``odometry`` (:attr:`odometry`: header stamp, vx, vy, yaw rate in the base frame; :attr:`positions`:
+    header stamp and the base position x, y, z) instead.
     """
 
     def __init__(
@@ -385,6 +386,7 @@ class RobotStandIn:
         self.factory = rclpy_message_factory(with_grid_map=True)
         reliable1 = QoSProfile(depth=1, reliability=ReliabilityPolicy.RELIABLE)
         self.odometry: list[tuple[float, float, float, float]] = []
+        self.positions: list[tuple[float, float, float, float]] = []  # stamp, base x, y, z (odometry pose)
         if play_robot:
             self.js_pub = self.node.create_publisher(JointState, "joint_states", qos_profile_sensor_data)
             self.odom_pub = self.node.create_publisher(Odometry, "odometry", qos_profile_sensor_data)
@@ -447,8 +449,9 @@ class RobotStandIn:
 
     def _on_odometry(self, msg: Any) -> None:
         stamp = msg.header.stamp.sec + msg.header.stamp.nanosec * 1e-9
-        twist = msg.twist.twist
+        twist, position = msg.twist.twist, msg.pose.pose.position
         self.odometry.append((stamp, twist.linear.x, twist.linear.y, twist.angular.z))
+        self.positions.append((stamp, position.x, position.y, position.z))
 
     def _on_diagnostics(self, msg: Any) -> None:
         for status in msg.status:

@@ -397,6 +397,51 @@ def test_sim_launch_closed_loop_tracks_and_its_bags_replay_as_the_monitor_saw_it
         assert bag["messages"] >= records[-1]["samples"] - before_recording, (storage, bag, records[-1]["samples"])
 
 
+SHIPPED_ROUGH = ros_graph.REPO / "policies" / "aow_rough_np3o" / "policy.onnx"
+
+
+def test_sim_launch_the_shipped_height_scan_policy_climbs_the_20cm_block(overlay, tmp_path):
+    """sim.launch.py with the MuJoCo bridge on the paper's block (experiment A) on the leg drives the
+    policy trained with, and the shipped height-scan policy: the controller builds its scan from
+    the bridge's grid_map_msgs/GridMap, and sent forward at 1.0 m/s the robot climbs the 20 cm block,
+    crosses it and passes the finish line with its base standing high over the block (odometry
+    pose), the controller in POLICY throughout."""
+    from sim2sim.course import block_config, generate_course
+
+    strip = generate_course(block_config())
+    domain = ros_graph.free_domain_id()
+    arguments = {
+        "policy": str(SHIPPED_ROUGH),
+        "log_dir": str(tmp_path / "violations"),
+        "sim_bridge_executable": str(ros_graph.REPO / ".venv" / "bin" / "aow-sim-bridge"),
+        "sim_bridge_args": "--terrain block --leg-actuator dc_motor",
+    }
+    process = ros_graph.ros2_launch(overlay, "sim.launch.py", arguments, domain, tmp_path / "launch.log", tty=True)
+    try:
+        with ros_graph.RobotStandIn(ROBOT, domain, play_robot=False) as operator:
+            assert process.wait_for_output("call ~/start", 60), process.output()
+            assert process.wait_for_output("[sim_bridge]: simulating", 60), process.output()
+            end = time.monotonic() + 10
+            while not operator.odometry and time.monotonic() < end:
+                time.sleep(0.05)
+            start_x = operator.positions[-1][1]
+            assert start_x == pytest.approx(strip.start[0], abs=0.1)  # the bridge spawned it on the lead-in
+            start_policy(operator)
+            since = time.monotonic()
+            drive(operator, (1.0, 0.0, 0.0), 10.0)
+            states = {d.values.get("state") for d in operator.controller_states(since)}
+            process.signal("ctrl-c")
+            assert process.wait(STOP_TIMEOUT) == 0, process.output()
+    finally:
+        process.kill_all()
+    pose = np.array(operator.positions)
+    assert pose[:, 1].max() > strip.finish_x, (pose[-1], strip.finish_x)  # crossed
+    top = strip.section("block_top")  # the base over the block's top, the whole robot on it
+    on_block = (pose[:, 1] > top.x_start + 0.4) & (pose[:, 1] < strip.section("block_down").x_start)
+    assert on_block.any() and pose[on_block, 3].min() > 0.2 + 0.3, pose[on_block, 3].min()  # standing on it
+    assert states == {"POLICY"}, states
+
+
 def test_bench_controller_step_ros_reports_the_nodes_own_loop_figures():
     from bench import controller_loop_ros
 
