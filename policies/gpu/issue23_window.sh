@@ -23,7 +23,7 @@ runs_from=${RUNS_FROM:-$repo/policies/runs}
 flat_envs=${FLAT_ENVS:-4096}
 rough_envs=${ROUGH_ENVS:-8192}
 read -r -a placement <<< "${PLACEMENT:---device cuda --backend mujoco_warp}"  # PLACEMENT: for a dry run on a CPU
-read -r -a wanted <<< "${RUNS:-rough_dc_np3o rough_dc_ppo rough_lowent_np3o}"
+read -r -a wanted <<< "${RUNS:-rough_sharp_np3o rough_sharp_ppo rough_dc_np3o}"
 kappa=(--set algo_params.kappa_init=0.1 --set algo_params.kappa_max=0.2)
 moving="--env-override rewards.air_time_gate=moving"
 constraint_rewards="--env-override rewards.constraint_rewards=true"
@@ -83,8 +83,10 @@ spec() {
     # Forks (aow-train --fork) resume from their committed directories and have no fresh start:
     # rough_lowent_np3o (rough_progress_np3o's it. 249, entropy 0.001), and since session 14 the
     # drive-line forks rough_dc_np3o (rough_lowent_np3o's it. 395) and rough_dc_ppo
-    # (rough_progress_ppo's it. 49), --env-override sim.leg_actuator=dc_motor.
-    rough_lowent_np3o | rough_dc_np3o | rough_dc_ppo) echo "$rough_envs" ;;
+    # (rough_progress_ppo's it. 49), --env-override sim.leg_actuator=dc_motor; since session 15
+    # the sharper-stairs forks rough_sharp_np3o (rough_dc_np3o's it. 512) and rough_sharp_ppo
+    # (rough_dc_ppo's it. 263), --env-override terrain.horizontal_scale=0.05.
+    rough_lowent_np3o | rough_dc_np3o | rough_dc_ppo | rough_sharp_np3o | rough_sharp_ppo) echo "$rough_envs" ;;
     rough_style_np3o) echo "$rough_envs --task aow_rough_style --algo np3o ${kappa[*]} $moving $symmetric $reversals" ;;
     rough_style_ppo)
       echo "$rough_envs --task aow_rough_style --algo ppo $constraint_rewards $moving $symmetric $reversals" ;;
