@@ -292,6 +292,16 @@ def drive(operator, command, sim_seconds):
     return start
 
 
+def wait_for_the_bridge(process, operator, timeout=60.0):
+    """sim.launch.py is up: the controller waits for ~/start, the bridge simulates, and its
+    odometry has reached the operator (up to 10 s more)."""
+    assert process.wait_for_output("call ~/start", timeout), process.output()
+    assert process.wait_for_output("[sim_bridge]: simulating", timeout), process.output()
+    end = time.monotonic() + 10
+    while not operator.odometry and time.monotonic() < end:
+        time.sleep(0.05)
+
+
 def monitor_events(log_dir):
     records = read_log(next(Path(log_dir).glob("violations_*.jsonl")))
     quantity = {"velocity": "velocity", "effort": "torque"}
@@ -343,11 +353,7 @@ def test_sim_launch_closed_loop_tracks_and_its_bags_replay_as_the_monitor_saw_it
     process = ros_graph.ros2_launch(overlay, "sim.launch.py", arguments, domain, tmp_path / "launch.log", tty=True)
     try:
         with ros_graph.RobotStandIn(ROBOT, domain, play_robot=False) as operator:
-            assert process.wait_for_output("call ~/start", 60), process.output()
-            assert process.wait_for_output("[sim_bridge]: simulating", 60), process.output()
-            end = time.monotonic() + 10
-            while not operator.odometry and time.monotonic() < end:
-                time.sleep(0.05)
+            wait_for_the_bridge(process, operator)
             start_policy(operator)
             segment = drive(operator, (1.0, 0.0, 0.0), 10.0)
             odometry = np.array(operator.odometry)
@@ -419,11 +425,7 @@ def test_sim_launch_the_shipped_height_scan_policy_climbs_the_20cm_block(overlay
     process = ros_graph.ros2_launch(overlay, "sim.launch.py", arguments, domain, tmp_path / "launch.log", tty=True)
     try:
         with ros_graph.RobotStandIn(ROBOT, domain, play_robot=False) as operator:
-            assert process.wait_for_output("call ~/start", 60), process.output()
-            assert process.wait_for_output("[sim_bridge]: simulating", 60), process.output()
-            end = time.monotonic() + 10
-            while not operator.odometry and time.monotonic() < end:
-                time.sleep(0.05)
+            wait_for_the_bridge(process, operator)
             start_x = operator.positions[-1][1]
             assert start_x == pytest.approx(strip.start[0], abs=0.1)  # the bridge spawned it on the lead-in
             start_policy(operator)
