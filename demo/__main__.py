@@ -6,8 +6,11 @@
    command sequence (forward, sideways, turning, stop), recording a rosbag2 and a video.
 4. Run the shipped reference policy (policies/aow_flat_np3o) on the same command script, with a
    video, for comparison.
-5. Replay the bag into violation statistics, tables and plots.
-6. Print a short summary with the paths of every artifact.
+5. Drive the shipped height-scan policy (policies/aow_rough_np3o) over the terrain course (ramps,
+   stairs, rubble, gaps) at 0.75 m/s through the GridMap -> height-scan path, with a video:
+   what a policy trained for longer on the rough task does (``--no-course`` skips it).
+6. Replay the bag into violation statistics, tables and plots.
+7. Print a short summary with the paths of every artifact.
 """
 
 from __future__ import annotations
@@ -24,8 +27,11 @@ from aow_policy.fileio import atomic_write_text
 from viz.video import VideoOptions, parse_size
 
 DEFAULT_OUT = Path("demo_output")
-REFERENCE_POLICY = Path(__file__).resolve().parents[1] / "policies" / "aow_flat_np3o" / "policy.onnx"
-STAGES = 5
+POLICIES = Path(__file__).resolve().parents[1] / "policies"
+REFERENCE_POLICY = POLICIES / "aow_flat_np3o" / "policy.onnx"
+ROUGH_POLICY = POLICIES / "aow_rough_np3o" / "policy.onnx"
+COURSE_SPEED = 0.75  # m/s, the middle of the course bar's 0.5 - 1.0
+STAGES = 6
 
 
 def build_parser() -> argparse.ArgumentParser:
@@ -46,6 +52,9 @@ def build_parser() -> argparse.ArgumentParser:
     p.add_argument("--seed", type=int, default=0)
     p.add_argument("--no-progress", action="store_true", help="no progress bars")
     p.add_argument("--no-video", action="store_true", help="no videos of the sim-to-sim runs")
+    p.add_argument(
+        "--no-course", action="store_true", help="skip the shipped height-scan policy's drive over the terrain course"
+    )
     p.add_argument(
         "--video-fps", type=float, default=10.0, help="video frames per simulated second (default %(default)s)"
     )
@@ -102,6 +111,15 @@ def _rate(value: float | None) -> str:
     return "-" if value is None else f"{value:.2f}"
 
 
+def course_summary(run: Any, length: float) -> str:
+    """One line on a drive over the course (a :class:`sim2sim.course_eval.CourseRun`)."""
+    speed = "-" if run.mean_speed is None else f"{run.mean_speed:.2f} m/s"
+    return (
+        f"{run.end} at {run.progress_m:.1f} of {length:g} m (furthest in {run.section_reached}), "
+        f"mean speed {speed} for {run.speed:g} commanded, falls {len(run.falls)}"
+    )
+
+
 def main(argv: list[str] | None = None) -> int:
     args = build_parser().parse_args(argv)
     if not args.minutes > 0:
@@ -147,7 +165,18 @@ def main(argv: list[str] | None = None) -> int:
     print(reference.format())
     atomic_write_text(run_dir / "reference_sim2sim.json", json.dumps(reference.to_dict(), indent=2, default=str))
 
-    stage(5, "replaying the bag into violation statistics")
+    course_run = None
+    if not args.no_course:
+        title = f"the shipped height-scan policy ({ROUGH_POLICY.parent.name}) on the terrain course"
+        stage(5, f"{title} at {COURSE_SPEED:g} m/s")
+        from sim2sim.course_eval import drive_course
+
+        video = {"video": run_dir / "rough_course.mp4", "video_options": video_options} if video_options else {}
+        course_run, course = drive_course(ROUGH_POLICY, COURSE_SPEED, progress=not args.no_progress, **video)
+        atomic_write_text(run_dir / "rough_course.json", json.dumps(course_run.summary(), indent=2, default=str))
+        print(course_summary(course_run, course.length))
+
+    stage(6, "replaying the bag into violation statistics")
     from hardware_logs.cli import run as replay
 
     argv_replay = [str(bag_dir), "--out", str(report_dir)] + (["--no-progress"] if args.no_progress else [])
@@ -177,6 +206,8 @@ def main(argv: list[str] | None = None) -> int:
         shown = "no samples in POLICY" if err is None else "vx {:.3f} m/s, vy {:.3f} m/s, yaw {:.3f} rad/s".format(*err)
         print(f"reference policy's tracking error, {seg.name}: {shown}")
     print(f"reference policy fell: {reference.fell}")
+    if course_run is not None:
+        print(f"height-scan policy on the terrain course: {course_summary(course_run, course.length)}")
     print(f"checkpoint: {trained['checkpoint']}")
     print(f"policy:     {exported.onnx_path} (+ {exported.yaml_path.name})")
     print(f"bag:        {bag_dir}")
@@ -184,6 +215,8 @@ def main(argv: list[str] | None = None) -> int:
     if sim.video is not None and reference.video is not None:
         print(f"video:      {sim.video} (this run; {sim.video_frames} frames at {args.video_fps:g} fps)")
         print(f"reference:  {reference.video} (the shipped N-P3O policy, same commands)")
+        if course_run is not None:
+            print(f"course:     {run_dir / 'rough_course.mp4'} (the shipped height-scan policy)")
     print(f"demo took {time.perf_counter() - started:.0f} s")
     return 0
 

@@ -36,12 +36,15 @@ from __future__ import annotations
 import math
 import os
 from dataclasses import dataclass, field
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
 from aow_policy.robot import Robot, load_robot
 from sim2sim.course import COURSE_SEED, Course, CourseConfig, block_config, generate_course
 from sim2sim.driver import DriverConfig, LineDriver
 from sim2sim.hardware import HardwareConfig
+
+if TYPE_CHECKING:
+    from viz.video import VideoOptions
 
 SPEED_RANGE = (0.5, 1.0)  # m/s, issue 16's crossing speeds
 DEFAULT_SPEED = 0.75
@@ -109,11 +112,14 @@ def drive_course(
     robot: Robot | None = None,
     progress: bool = False,
     leg_actuator: str | None = None,
+    video: str | os.PathLike[str] | None = None,
+    video_options: VideoOptions | None = None,
 ) -> tuple[CourseRun, Course]:
     """Drive ``policy`` over the strip of ``course_config`` (default: the terrain course; its layout
     names the terrain, "course" or "block") and ``seed``; ``time_limit``: seconds of driving
     (default: :func:`default_time_limit`); ``leg_actuator``: the leg drive model (None: as the policy
-    trained). Returns the run and the strip it drove."""
+    trained); ``video``: a new MP4 file of the drive (``video_options`` as in :func:`sim2sim.run`).
+    Returns the run and the strip it drove."""
     from sim2sim.runner import run  # the runner imports the world, which imports the course
 
     check_speed(speed)
@@ -142,6 +148,8 @@ def drive_course(
         hardware=HardwareConfig(blank_map=blank_map, leg_actuator=leg_actuator),
         operator=operator,
         progress=progress,
+        video=video,
+        video_options=video_options,
     )
     return course_run_of(result, operator, course, blank_map), course
 

@@ -89,6 +89,10 @@ def test_make_demo_one_minute_end_to_end(tmp_path: Path):
     for name in ("sim2sim.mp4", "reference.mp4"):  # 30 s at the demo's 10 fps, 480x360
         frames, fps = read_video(run / name)
         assert frames.shape == (301, 360, 480, 3) and fps == pytest.approx(10.0)
+    course = json.loads((run / "rough_course.json").read_text())  # the height-scan policy's drive
+    assert course["end"] in ("crossed", "stalled", "time limit") and course["progress_m"] > 0
+    frames, _ = read_video(run / "rough_course.mp4")  # one frame per 0.1 s of the drive, standing up included
+    assert frames.shape[1:] == (360, 480, 3) and abs(len(frames) - 10 * course["sim_time"]) <= 2
 
 
 @pytest.mark.slow
