@@ -59,6 +59,7 @@ applies to every strip driven (default: each strip's length at half its speed). 
 from __future__ import annotations
 
 import argparse
+import hashlib
 import json
 import sys
 from dataclasses import dataclass, field
@@ -159,13 +160,35 @@ def controller_fault(result: Any) -> str | None:
     return f"t = {time:.2f} s: {result.fault}" if time is not None else result.fault
 
 
-def trained_leg_actuator(path: Path) -> str:
-    """The leg drive model the policy in ``path`` trained with (its contract's training.leg_actuator)."""
+def policy_identity(path: Path) -> dict[str, Any]:
+    """What identifies the policy in ``path`` once the file is gone: the SHA-256 of the ONNX file and
+    its contract's training block (task, algorithm, iteration, checkpoint, config hash, source
+    commit, the leg drive model it trained with)."""
     from aow_policy.policy import PolicyRunner
     from aow_policy.robot import load_robot
     from sim2sim.runner import policy_leg_actuator
 
-    return policy_leg_actuator(PolicyRunner.load(path, load_robot()).contract)
+    contract = PolicyRunner.load(path, load_robot()).contract
+    training = dict(contract.get("training") or {})
+    training["leg_actuator"] = policy_leg_actuator(contract)
+    return {"path": str(path), "sha256": hashlib.sha256(path.read_bytes()).hexdigest(), "training": training}
+
+
+def identity_line(name: str, identity: dict[str, Any]) -> str:
+    """One markdown bullet naming a policy: iteration, checkpoint, task and algorithm, file hash."""
+    t = identity["training"]
+    trained = ", ".join(
+        str(v)
+        for v in (
+            f"it. {t['iteration']}" if "iteration" in t else None,
+            t.get("checkpoint"),
+            t.get("task"),
+            t.get("algorithm"),
+            f"{t['leg_actuator']} drives",
+        )
+        if v
+    )
+    return f"- {name}: `{identity['path']}` ({trained}; sha256 {identity['sha256'][:12]})"
 
 
 def evaluate_policy(
@@ -418,8 +441,9 @@ def main(argv: list[str] | None = None) -> int:
     if (course or block) and args.time_limit is not None and not args.time_limit > 0:
         print(f"sim2sim.evaluate: error: --time-limit must be positive, got {args.time_limit}", file=sys.stderr)
         return 2
+    identities = {name: policy_identity(path) for name, path in policies.items()}
     # Each policy on the leg drives it trained with, unless --leg-actuator names one for all.
-    legs = {name: args.leg_actuator or trained_leg_actuator(path) for name, path in policies.items()}
+    legs = {name: args.leg_actuator or identities[name]["training"]["leg_actuator"] for name in policies}
     payload: dict[str, Any] = {}
     table = ""
     if not (args.course_only or args.block_only):
@@ -476,10 +500,13 @@ def main(argv: list[str] | None = None) -> int:
         heading = f"## The course bar over speeds\n\n{bar_by_speed_markdown(payload['course_bar_by_speed'], speeds)}"
         table = f"{table}\n{heading}"
     payload["leg_actuators"] = legs
+    payload["identities"] = identities
     if set(legs.values()) != {"pd"}:
         named = ", ".join(f"{name} `{model}`" for name, model in legs.items())
         how = "--leg-actuator" if args.leg_actuator else "as each trained; --leg-actuator sets one for all"
         table = f"Leg drives simulated as: {named} ({how}).\n\n{table}"
+    named = "\n".join(identity_line(name, identity) for name, identity in identities.items())
+    table = f"Policies:\n\n{named}\n\n{table}"
     args.out.mkdir(parents=True, exist_ok=True)
     atomic_write_text(args.out / "evaluation.md", table)
     atomic_write_text(args.out / "evaluation.json", json.dumps(payload, indent=2, default=float) + "\n")

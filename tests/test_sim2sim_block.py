@@ -137,7 +137,7 @@ def test_evaluate_block_only_end_to_end(tmp_path, monkeypatch):
     argv = ["--block-only", "--policy", f"relief={relief}", "--out", str(out), "--no-progress"]
     assert evaluate.main(argv) == 0
     data = json.loads((out / "evaluation.json").read_text())
-    assert set(data) == {"block", "leg_actuators"}  # neither the flat sequences nor the course
+    assert set(data) == {"block", "leg_actuators", "identities"}  # neither the flat sequences nor the course
     b = data["block"]
     assert b["description"]["layout"] == "block" and b["description"]["length_m"] == pytest.approx(3.5)
     assert b["speed"] == 1.0 and b["time_limit_s"] == pytest.approx(7.0)  # 3.5 m at half the speed
@@ -159,7 +159,8 @@ def test_evaluate_block_only_end_to_end(tmp_path, monkeypatch):
     }
     md = (out / "evaluation.md").read_text()
     # a 5.5 m strip from x -2.75: start 1 m in, the block 2 m in, the run-out 3.5 m in, its finish 1 m further
-    assert md.startswith("## 5 cm block\n\n5 cm block: start x -1.75 m, block from x -0.75 to 0.45 m (1.2 m), ")
+    assert md.startswith("Policies:\n\n- relief: ") and md.count("\n- ") == 1  # one policy named, then the strip
+    assert "\n\n## 5 cm block\n\n5 cm block: start x -1.75 m, block from x -0.75 to 0.45 m (1.2 m), " in md
     assert "finish x 1.75 m (3.5 m from the start)" in md and "Commanded 1 m/s" in md
     assert "| relief | map | crossed |" in md and "| relief | True | True | True | True (mean speed" in md
 
@@ -181,8 +182,11 @@ def test_evaluate_puts_the_experiment_a_block_after_the_course(tmp_path, monkeyp
     assert evaluate.main(argv) == 0
     assert calls == [(evaluate.COURSE, 0.6, 7, 9.0), (block_config(), 1.0, COURSE_SEED, 9.0)]
     md = (out / "evaluation.md").read_text()
-    assert md == "## Terrain course\n\ncourse table\n\n## 20 cm block (the paper's experiment A)\n\nblock table\n"
-    assert json.loads((out / "evaluation.json").read_text()) == {
+    strips = "## Terrain course\n\ncourse table\n\n## 20 cm block (the paper's experiment A)\n\nblock table\n"
+    assert md.startswith("Policies:\n\n- a: ") and md.endswith(f")\n\n{strips}")
+    data = json.loads((out / "evaluation.json").read_text())
+    assert data.pop("identities")["a"]["training"]["iteration"] == 250  # the shipped flat policy's
+    assert data == {
         "course": {"layout": "course"},
         "block": {"layout": "block"},
         "leg_actuators": {"a": "pd"},

@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import hashlib
 import json
 from pathlib import Path
 
@@ -140,7 +141,16 @@ def test_evaluation_of_a_rolling_policy(tmp_path, monkeypatch) -> None:
     assert data["bar"]["roll"]["forward_error_below_0.2"] is (expected < 0.2)
     assert "| roll |" in (out / "evaluation.md").read_text() and "| roll | 0 of 2 | 0, 0 |" in data_md(out)
     # Neither contract names a leg drive model: both ran on the PD drives of every earlier run.
-    assert data["leg_actuators"] == {"roll": "pd", "still": "pd"} and data_md(out).startswith("| policy |")
+    assert data["leg_actuators"] == {"roll": "pd", "still": "pd"} and "Leg drives" not in data_md(out)
+    # Each policy named by what outlives its file: the file's hash and its contract's training block.
+    identity = data["identities"]["roll"]
+    assert identity["sha256"] == hashlib.sha256(roller.read_bytes()).hexdigest()
+    assert identity["training"] == {"task": "test", "algorithm": "none", "iteration": 0, "config_hash": "0" * 64,
+                                    "leg_actuator": "pd"}  # fmt: skip
+    assert data["identities"]["still"]["sha256"] != identity["sha256"]  # another bias, another file
+    assert data_md(out).startswith(
+        f"Policies:\n\n- roll: `{roller}` (it. 0, test, none, pd drives; sha256 {identity['sha256'][:12]})\n"
+    )
 
 
 def data_md(out: Path) -> str:
@@ -156,7 +166,7 @@ def test_evaluation_on_dc_motor_legs_is_recorded_as_such(tmp_path, monkeypatch) 
                           "--leg-actuator", "dc_motor"]) == 0  # fmt: skip
     data = json.loads((out / "evaluation.json").read_text())
     assert data["leg_actuators"] == {"roll": "dc_motor"}
-    assert data_md(out).startswith("Leg drives simulated as: roll `dc_motor` (--leg-actuator)")
+    assert "\n\nLeg drives simulated as: roll `dc_motor` (--leg-actuator)" in data_md(out)
     roll = data["policies"][0]
     assert roll["forward_error"] == pytest.approx(abs(1.0 - 5.0 * WHEEL.radius), abs=0.05)
     assert roll["falls"] == {"reference": 0, "full_range": 0}
