@@ -14,7 +14,7 @@ from aow_policy.layout import ObservationLayout
 from training.algorithms import ALGORITHMS, NonFiniteLossError, make_algorithm
 from training.algorithms import losses as L
 from training.algorithms.base import MinibatchContext, RolloutStats, rollout_statistics
-from training.config import ALGO_PARAMS, NP3OParams, P3OParams, PPOConfig
+from training.config import ALGO_PARAMS, ConfigError, NP3OParams, P3OParams, PPOConfig
 from training.networks import ActorCritic, NetworkConfig
 from training.storage import RolloutStorage
 
@@ -707,6 +707,28 @@ def test_kappa_sequence_for_violated_and_satisfied_rollouts(name):
     # exactly at the limit is not a violation
     algo.begin_update(_rollout_with_cost_rates([eps_rate, 0.3]), len(pattern))
     assert algo.kappa_scale[0].item() == pytest.approx(1.05**4, rel=1e-5)
+
+
+@pytest.mark.parametrize("name", KAPPA_ALGOS)
+def test_kappa_relax_margin_lowers_kappa_inside_the_limit_with_margin(name):
+    """kappa_relax_margin 0.2 (opt-in), group 0 eps = 2.5, rate 0.05, J_C / eps per rollout:
+    1.5 1.5 0.9 0.5 0.5 0.5 0.85: raised twice (scale 1.05**2), unchanged at 0.9 and 0.85 (inside
+    the limit but within the margin), lowered at each 0.5 (1.05, then 1, then held at 1: never below
+    the schedule). Group 1 (eps = 0) is never inside its limit and keeps the schedule."""
+    algo = _kappa_algo(name, (2.5, 0.0), kappa_relax_margin=0.2)
+    eps_rate = 2.5 * (1 - GAMMA)
+    expected = [1.05, 1.05**2, 1.05**2, 1.05, 1.0, 1.0, 1.0]
+    for it, (ratio, scale) in enumerate(zip([1.5, 1.5, 0.9, 0.5, 0.5, 0.5, 0.85], expected, strict=True)):
+        algo.begin_update(_rollout_with_cost_rates([eps_rate * ratio, 0.0]), it)
+        assert algo.kappa_scale.tolist() == pytest.approx([scale, 1.0], rel=1e-5), f"rollout {it}"
+    default = _kappa_algo(name, (2.5,))
+    assert ALGO_PARAMS[name]().kappa_relax_margin is None  # by default kappa is never lowered
+    default.begin_update(_rollout_with_cost_rates([eps_rate * 1.5]), 0)
+    default.begin_update(_rollout_with_cost_rates([eps_rate * 0.1]), 1)
+    assert default.kappa_scale.tolist() == pytest.approx([1.05])
+    for bad in (1.0, -0.1, float("nan")):
+        with pytest.raises(ConfigError, match="kappa_relax_margin"):
+            ALGO_PARAMS[name](kappa_relax_margin=bad).validate("algo_params")
 
 
 @pytest.mark.parametrize("name", KAPPA_ALGOS)

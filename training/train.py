@@ -65,7 +65,9 @@ COST_LIMIT_HELP = (
     "positive limit N-P3O and P3O raise kappa after every rollout that breaks it (default kappa_adapt "
     "0.05, the exact-penalty update; never lowered, capped at algo_params.kappa_adapt_max), so that they "
     "hold it when the reward pays for the cost; algo_params.kappa_adapt=0 restores the paper's kappa "
-    "schedule. A limit of 0 (the paper's robot setting) keeps the paper's schedule"
+    "schedule, and algo_params.kappa_relax_margin=0.2 (opt-in) also lowers kappa after every rollout 20 %% "
+    "inside the limit (more return, the cost nearer the limit and over it more often). A limit of 0 (the "
+    "paper's robot setting) keeps the paper's schedule"
 )
 
 

@@ -3,16 +3,17 @@
     nice -n 5 .venv/bin/python docs/benchmarks/kappa_decrease_hopper.py [ARM ...]
 
 The toy CMDP's answer (``kappa_decrease.py``: no) came from 0.6 M-step runs whose cost sat at the
-limit. Hopper at the defaults (``run_long_default.sh``: 3.07 M steps, cost limit 25 per
-1000-step episode) ends far inside its limit with kappa at its cap, the case a decrease is meant
-for. This trains the same configuration (AoWSafetyHopperVelocity-v1, 32 envs x 64 steps, 1,500
-iterations, seed 0, the default networks) with the decrease of ``kappa_decrease.py``: after a
-rollout whose sampled constraint estimate is below (1 - margin) eps, kappa's scale is divided by
-1 + kappa_adapt (never below the schedule). Arms: ``relax_margin`` (margin 0.2, the default) and
-``relax_always`` (margin 0). The raise-only arm is the default run of ``run_long_default.sh``
-(runs/bench_hopper/np3o_default_3m). One process, one thread; each arm's run directory goes to
-runs/bench_hopper/kappa_decrease_3m/<arm>, the curves and summaries to OUT/results.json
-(docs/benchmarks/kappa_decrease_hopper/ by default).
+limit. Hopper at the defaults (``run_long_default.sh``: 3.07 M steps, cost limit 25 per 1000-step
+episode) ends far inside its limit with kappa at its cap, the case a decrease is meant for. This
+trains the same configuration (AoWSafetyHopperVelocity-v1, 32 envs x 64 steps, 1,500 iterations,
+seed 0, the default networks) with the decrease of ``kappa_decrease.py``, now the opt-in
+``algo_params.kappa_relax_margin``: after a rollout whose sampled constraint estimate is below (1 -
+margin) eps, kappa's scale is divided by 1 + kappa_adapt (never below the schedule). (The runs of
+session 16 were made with kappa_decrease.py's subclass, the same arithmetic.) Arms:
+``relax_margin`` (margin 0.2, the default) and ``relax_always`` (margin 0). The raise-only arm is
+the default run of ``run_long_default.sh`` (runs/bench_hopper/np3o_default_3m). One process, one
+thread; each arm's run directory goes to runs/bench_hopper/kappa_decrease_3m/<arm>, the curves and
+summaries to OUT/results.json (docs/benchmarks/kappa_decrease_hopper/ by default).
 """
 
 from __future__ import annotations
@@ -25,7 +26,6 @@ from typing import Any
 
 import numpy as np
 import torch
-from kappa_decrease import NP3ORelaxingKappa
 
 from training.config import TrainConfig
 from training.runner import Runner
@@ -39,7 +39,7 @@ RUNS = Path("runs/bench_hopper/kappa_decrease_3m")
 RAISE_ONLY = Path("runs/bench_hopper/np3o_default_3m/runs/np3o_s0")
 
 
-def config() -> TrainConfig:
+def config(margin: float | None) -> TrainConfig:
     return TrainConfig.from_dict(
         {
             "task": "gym:AoWSafetyHopperVelocity-v1",
@@ -49,6 +49,7 @@ def config() -> TrainConfig:
             "iterations": ITERATIONS,
             "seed": 0,
             "episode_cost_limit": COST_LIMIT,
+            "algo_params": {"kappa_relax_margin": margin},
         }
     )
 
@@ -79,9 +80,8 @@ def summary(curves: dict[str, list[float]]) -> dict[str, float]:
 
 def train(arm: str) -> list[dict[str, Any]]:
     run_dir = RUNS / arm
-    runner = Runner(config(), run_dir, resume=any(run_dir.glob("model_*.pt")), progress=False, tensorboard=False)
-    runner.algo.__class__ = NP3ORelaxingKappa
-    runner.algo.relax_margin = MARGINS[arm]
+    resume = any(run_dir.glob("model_*.pt"))
+    runner = Runner(config(MARGINS[arm]), run_dir, resume=resume, progress=False, tensorboard=False)
     if runner.iteration < ITERATIONS:
         runner.learn()
     return [json.loads(line) for line in (run_dir / "metrics.jsonl").read_text().splitlines() if line.strip()]
@@ -119,10 +119,14 @@ def plot(results: dict[str, Any], path: Path) -> None:
 
 def main() -> None:
     p = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
-    p.add_argument("arms", nargs="*", default=["relax_margin"], choices=sorted(MARGINS))
+    # no choices=: Python 3.11's argparse checks an empty nargs="*" list against them and refuses it
+    p.add_argument("arms", nargs="*", help=f"arms to train, of {sorted(MARGINS)} (default: relax_margin)")
     p.add_argument("--out", type=Path, default=Path("docs/benchmarks/kappa_decrease_hopper"))
     p.add_argument("--plot-only", action="store_true", help="redraw OUT/curves.png from OUT/results.json")
     args = p.parse_args()
+    unknown = sorted(set(args.arms) - set(MARGINS))
+    if unknown:
+        p.error(f"unknown arm(s) {unknown}: choose from {sorted(MARGINS)}")
     if args.plot_only:
         plot(json.loads((args.out / "results.json").read_text()), args.out / "curves.png")
         return
@@ -135,7 +139,7 @@ def main() -> None:
         rows = [json.loads(line) for line in (RAISE_ONLY / "metrics.jsonl").read_text().splitlines() if line]
         curves = curves_of(rows)
         results["runs"]["raise_only"] = {"summary": summary(curves), "curves": curves}
-    for arm in args.arms:
+    for arm in args.arms or ["relax_margin"]:
         started = time.perf_counter()
         curves = curves_of(train(arm))
         run = {"summary": summary(curves), "seconds": time.perf_counter() - started, "curves": curves}

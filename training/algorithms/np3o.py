@@ -26,21 +26,23 @@ kappa_growth = 1 gives a constant kappa = kappa_init.
 ``kappa_adapt`` makes kappa an exact penalty whose weight is raised until it is large enough, as
 exact penalty methods update their penalty parameter: per cost group, kappa_i = schedule_i *
 scale_i, and after every rollout whose sampled constraint estimate cost_rate_i / (1 - gamma)
-exceeds eps_i, scale_i *= 1 + kappa_adapt_i; it is never lowered (inside the constraint the ReLU
-switches the penalty off whatever its weight; lowering it after satisfied rollouts let the cost
-sit above the limit for no return in docs/benchmarks.md's measurement), and kappa_i stays at
-most ``kappa_adapt_max``. Default (``kappa_adapt`` not set): 0.05 for every cost group with a
-positive limit eps_i, 0 (the paper's schedule) for a group with eps_i = 0, the paper's robot
-setting; an explicit ``kappa_adapt``, 0 included, applies to every group. Why: P3O's penalty
-max(0, L^VIOL) is exact only when kappa exceeds the constraint's optimal Lagrange multiplier;
-normalizing the cost advantages fixes kappa's scale against the reward's (kappa = 1: equal
-weights) but not that multiplier. An active penalty's gradient is kappa times that of the
-normalized cost surrogate whatever the size of the violation (the constant part of L^VIOL,N only
-switches the ReLU, and its division by sigma_C shrinks as the violation grows), so a task whose
-reward pays for the cost more than kappa penalizes it (a velocity limit on a task that rewards
-speed) keeps breaking the constraint at any J_C (docs/benchmarks.md). The sampled cost rate, not
-the GAE estimate J_C, decides "violated": a lagging cost critic makes J_C low. With eps_i = 0
-any cost violates, so an explicit kappa_adapt there raises kappa to its cap (which is why the
+exceeds eps_i, scale_i *= 1 + kappa_adapt_i; by default it is never lowered (inside the constraint
+the ReLU switches the penalty off whatever its weight; lowering it after satisfied rollouts let the
+cost sit above the limit for no return on the toy CMDP, and on Hopper over 3 M steps traded holding
+the limit for return: docs/benchmarks.md), and kappa_i stays at most ``kappa_adapt_max``.
+``kappa_relax_margin`` m (opt-in) also divides scale_i by 1 + kappa_adapt_i after every rollout
+whose estimate is below (1 - m) eps_i, never below 1 (the schedule). Default (``kappa_adapt`` not
+set): 0.05 for every cost group with a positive limit eps_i, 0 (the paper's schedule) for a group
+with eps_i = 0, the paper's robot setting; an explicit ``kappa_adapt``, 0 included, applies to
+every group. Why: P3O's penalty max(0, L^VIOL) is exact only when kappa exceeds the constraint's
+optimal Lagrange multiplier; normalizing the cost advantages fixes kappa's scale against the
+reward's (kappa = 1: equal weights) but not that multiplier. An active penalty's gradient is kappa
+times that of the normalized cost surrogate whatever the size of the violation (the constant part
+of L^VIOL,N only switches the ReLU, and its division by sigma_C shrinks as the violation grows), so
+a task whose reward pays for the cost more than kappa penalizes it (a velocity limit on a task that
+rewards speed) keeps breaking the constraint at any J_C (docs/benchmarks.md). The sampled cost
+rate, not the GAE estimate J_C, decides "violated": a lagging cost critic makes J_C low. With eps_i
+= 0 any cost violates, so an explicit kappa_adapt there raises kappa to its cap (which is why the
 default leaves it off).
 """
 
@@ -94,6 +96,11 @@ class NP3O(ConstrainedPPO):
             raised = self.kappa_scale * (1.0 + self.kappa_adapt_rates)  # rate 0: unchanged
             cap = self.params.kappa_adapt_max / max(self.kappa, 1e-12)
             self.kappa_scale = torch.where(violated, raised, self.kappa_scale).clamp(max=max(cap, 1.0))
+            margin = self.params.kappa_relax_margin
+            if margin is not None:  # opt-in: lowered inside the limit with a margin, never below the schedule
+                inside = estimate < (1.0 - margin) * self.cost_limits  # eps = 0: never inside
+                lowered = (self.kappa_scale / (1.0 + self.kappa_adapt_rates)).clamp(min=1.0)
+                self.kappa_scale = torch.where(inside, lowered, self.kappa_scale)
 
     def cost_advantage_scale(self, stats: RolloutStats) -> torch.Tensor | float:
         """Scale of the cost advantages in the loss relative to normalized ones (1: normalized)."""
