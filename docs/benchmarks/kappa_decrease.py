@@ -14,9 +14,9 @@ and the constrained optimum sits on it. Arms, all with kappa_adapt = 0.05 unless
 - ``relax_always``: the same with margin 0 (lowered after every satisfied rollout), what a
   Lagrange multiplier does.
 
-The decrease was written here as a subclass swapped into the built algorithm; since session 16 the
-toolkit has the same arithmetic as the opt-in ``algo_params.kappa_relax_margin`` (not the default:
-docs/benchmarks.md gives the numbers, here and on Hopper over 3 M steps). One process, one thread;
+The decrease is the toolkit's opt-in ``algo_params.kappa_relax_margin`` (the runs in results.json
+were made with the same arithmetic as a subclass of this script's, before the option existed; not
+the default: docs/benchmarks.md gives the numbers, here and on Hopper over 3 M steps). One process, one thread;
 per-run curves and the summary go to OUT/results.json.
 """
 
@@ -31,8 +31,6 @@ from typing import Any
 import numpy as np
 import torch
 
-from training.algorithms.base import RolloutStats
-from training.algorithms.np3o import NP3O
 from training.config import TrainConfig
 from training.runner import Runner
 
@@ -47,21 +45,6 @@ ARMS: dict[str, dict[str, Any]] = {
 }
 
 
-class NP3ORelaxingKappa(NP3O):
-    """N-P3O whose kappa scale also falls by 1 + kappa_adapt after a rollout inside the limit
-    with margin ``relax_margin`` (sampled estimate < (1 - margin) eps); never below 1."""
-
-    relax_margin: float = 0.0
-
-    def begin_update(self, stats: RolloutStats, iteration: int) -> None:
-        super().begin_update(stats, iteration)
-        G = self.num_cost_groups
-        estimate = stats.cost_rate[:G] / (1.0 - self.cfg.gamma)
-        inside = estimate < (1.0 - self.relax_margin) * self.cost_limits
-        lowered = (self.kappa_scale / (1.0 + self.kappa_adapt_rates)).clamp(min=1.0)
-        self.kappa_scale = torch.where(inside, lowered, self.kappa_scale)
-
-
 def config(arm: dict[str, Any], seed: int) -> TrainConfig:
     return TrainConfig.from_dict(
         {
@@ -74,16 +57,13 @@ def config(arm: dict[str, Any], seed: int) -> TrainConfig:
             "episode_cost_limit": COST_LIMIT,
             "env_overrides": {"speed_cost": "indicator"},
             "network": {"actor_hidden": [64, 64], "critic_hidden": [64, 64], "cost_critic_hidden": [64]},
-            "algo_params": {"kappa_adapt": arm["kappa_adapt"]},
+            "algo_params": {"kappa_adapt": arm["kappa_adapt"], "kappa_relax_margin": arm["relax_margin"]},
         }
     )
 
 
 def train(arm: dict[str, Any], seed: int) -> dict[str, list[float]]:
     runner = Runner(config(arm, seed), progress=False, tensorboard=False)
-    if arm["relax_margin"] is not None:
-        runner.algo.__class__ = NP3ORelaxingKappa
-        runner.algo.relax_margin = float(arm["relax_margin"])
     runner.learn()
     rows = runner.history
     curves = {

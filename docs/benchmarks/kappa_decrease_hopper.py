@@ -9,7 +9,7 @@ trains the same configuration (AoWSafetyHopperVelocity-v1, 32 envs x 64 steps, 1
 seed 0, the default networks) with the decrease of ``kappa_decrease.py``, now the opt-in
 ``algo_params.kappa_relax_margin``: after a rollout whose sampled constraint estimate is below (1 -
 margin) eps, kappa's scale is divided by 1 + kappa_adapt (never below the schedule). (The runs of
-session 16 were made with kappa_decrease.py's subclass, the same arithmetic.) Arms:
+session 16 were made with a subclass of the same arithmetic, before the option existed.) Arms:
 ``relax_margin`` (margin 0.2, the default) and ``relax_always`` (margin 0). The raise-only arm is
 the default run of ``run_long_default.sh`` (runs/bench_hopper/np3o_default_3m). One process, one
 thread; each arm's run directory goes to runs/bench_hopper/kappa_decrease_3m/<arm>, the curves and
@@ -27,6 +27,7 @@ from typing import Any
 import numpy as np
 import torch
 
+from training.compare import read_metrics
 from training.config import TrainConfig
 from training.runner import Runner
 
@@ -84,7 +85,7 @@ def train(arm: str) -> list[dict[str, Any]]:
     runner = Runner(config(MARGINS[arm]), run_dir, resume=resume, progress=False, tensorboard=False)
     if runner.iteration < ITERATIONS:
         runner.learn()
-    return [json.loads(line) for line in (run_dir / "metrics.jsonl").read_text().splitlines() if line.strip()]
+    return read_metrics(run_dir)
 
 
 def plot(results: dict[str, Any], path: Path) -> None:
@@ -136,8 +137,7 @@ def main() -> None:
     results: dict[str, Any] = json.loads(path.read_text()) if path.is_file() else {"runs": {}}
     results.update(cost_limit_per_episode=COST_LIMIT, iterations=ITERATIONS, final_window=FINAL_WINDOW)
     if (RAISE_ONLY / "metrics.jsonl").is_file():
-        rows = [json.loads(line) for line in (RAISE_ONLY / "metrics.jsonl").read_text().splitlines() if line]
-        curves = curves_of(rows)
+        curves = curves_of(read_metrics(RAISE_ONLY))
         results["runs"]["raise_only"] = {"summary": summary(curves), "curves": curves}
     for arm in args.arms or ["relax_margin"]:
         started = time.perf_counter()
