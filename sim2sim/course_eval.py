@@ -223,21 +223,20 @@ def blank_worse_reasons(with_map: CourseRun, blanked: CourseRun) -> list[str]:
     return reasons
 
 
-def course_bar(with_map: CourseRun, blanked: CourseRun) -> dict[str, Any]:
-    """Issue 16's course bar (module docstring) for one policy's two runs."""
+def map_run_checks(with_map: CourseRun) -> dict[str, bool]:
+    """The part of the course bar one run with the map decides: crossed, no fall, at speed."""
     at_speed = (
         with_map.crossed
         and with_map.mean_speed is not None
         and with_map.mean_speed >= SPEED_FRACTION_BAR * with_map.speed
     )
+    return {"crossed": with_map.crossed, "no_fall": not with_map.falls, "at_speed": bool(at_speed)}
+
+
+def course_bar(with_map: CourseRun, blanked: CourseRun) -> dict[str, Any]:
+    """Issue 16's course bar (module docstring) for one policy's two runs."""
     reasons = blank_worse_reasons(with_map, blanked)
-    checks: dict[str, Any] = {
-        "crossed": with_map.crossed,
-        "no_fall": not with_map.falls,
-        "at_speed": bool(at_speed),
-        "blank_worse": bool(reasons),
-        "blank_worse_because": reasons,
-    }
+    checks: dict[str, Any] = {**map_run_checks(with_map), "blank_worse": bool(reasons), "blank_worse_because": reasons}
     checks["passes"] = all(checks[k] for k in ("crossed", "no_fall", "at_speed", "blank_worse"))
     return checks
 

@@ -1,0 +1,268 @@
+"""``python -m sim2sim.screen``: many policies (a run's checkpoints) over the terrain course, with the map only.
+
+Which checkpoint of a run to evaluate in full? ``python -m sim2sim.evaluate --course`` answers
+for one policy with everything: the flat sequences, and each course speed driven twice (with the
+map and blanked). Choosing among a run's checkpoints needs less: whether each one crosses, without
+a fall, at 0.8 x the commanded speed, at each speed of issue 23's bar (0.5 - 1.0 m/s). The screen
+drives the course with the map only (the blanked run asks whether the scan is read at all, which
+neighbouring checkpoints of one run answer alike; :func:`sim2sim.course_eval.map_run_checks` is
+that part of the bar), in parallel worker processes (``--jobs``), and writes a table of policies
+x speeds: "pass" with the mean speed, or why not (where it fell or stalled, or too slow).
+
+Screen on one block field and confirm on another. The course and the operator are deterministic,
+so a checkpoint chosen because it passes every speed on seed 1616 is chosen partly for its luck
+there; ``--seed 1616 2323`` drives a second field of blocks (the slopes and stairs are the same)
+and the table says whether the choice holds on both. The chosen policy then goes through
+``sim2sim.evaluate`` (the whole bar, blanked map included) before anyone believes it.
+
+Writes ``OUT/screen.md`` and ``OUT/screen.json`` when ``--out`` is given; prints the table.
+"""
+
+from __future__ import annotations
+
+import argparse
+import json
+import multiprocessing
+import os
+import sys
+from concurrent.futures import ProcessPoolExecutor, as_completed
+from dataclasses import dataclass
+from pathlib import Path
+from typing import Any
+
+from aow_policy.fileio import atomic_write_text
+from sim2sim import course_eval
+from sim2sim.course import COURSE_SEED, CourseConfig, block_config
+
+# Issue 23's bar spans 0.5 - 1.0 m/s; these are the speeds its evaluations drive.
+BAR_SPEEDS = (0.5, 0.6, 0.7, 0.75, 0.8, 0.9, 1.0)
+BLOCK_SPEED = 1.0  # the paper's experiment A
+STAND_UP_S = 2.0  # as sim2sim.evaluate
+# Module constants, so that a test can screen a milder strip; each drive carries its own copy into
+# its worker process.
+COURSE = CourseConfig()
+BLOCK = block_config()
+
+
+@dataclass(frozen=True)
+class Drive:
+    """One run with the map: a policy over a strip at a speed, on a seed."""
+
+    policy: str
+    path: str
+    strip: CourseConfig
+    speed: float
+    seed: int
+    time_limit: float | None
+    stand_up: float
+
+    @property
+    def column(self) -> str:
+        """The table column this drive fills."""
+        if self.strip.layout == "block":
+            return "block"  # it has no random part: one drive, whatever the seeds
+        return f"{self.speed:g} m/s, seed {self.seed}"
+
+
+def drive(d: Drive) -> dict[str, Any]:
+    """Drive ``d`` and judge it with the map-run part of the course bar."""
+    run, _ = course_eval.drive_course(
+        d.path, d.speed, seed=d.seed, time_limit=d.time_limit, course_config=d.strip, stand_up=d.stand_up
+    )
+    checks = course_eval.map_run_checks(run)
+    return {
+        "policy": d.policy,
+        "layout": d.strip.layout,
+        "speed": d.speed,
+        "seed": d.seed,
+        **checks,
+        "passes": all(checks.values()),
+        "end": run.end,
+        "mean_speed": run.mean_speed,
+        "progress_m": run.progress_m,
+        "section_reached": run.section_reached,
+        "final_section": run.final_section,
+        "falls": run.falls,
+        "fault": run.fault,
+        "violations_per_episode": run.violations_per_episode,
+        "wall_time": run.wall_time,
+    }
+
+
+def cell(result: dict[str, Any]) -> str:
+    """A drive's table cell: "pass 0.68" (mean m/s), or the first reason it does not pass."""
+    speed = result["mean_speed"]
+    if result["passes"]:
+        return f"pass {speed:.2f}"
+    if result["falls"]:
+        fall = result["falls"][0]
+        more = f" (+{len(result['falls']) - 1})" if len(result["falls"]) > 1 else ""
+        return f"fell: {fall['section']}{more}"
+    if result["fault"]:
+        return f"fault: {result['final_section']}"
+    if not result["crossed"]:
+        return f"{result['end']}: {result['section_reached']}"
+    return f"slow {speed:.2f}"
+
+
+def drives_for(
+    policies: dict[str, Path],
+    speeds: list[float],
+    seeds: list[int],
+    *,
+    block: bool = False,
+    time_limit: float | None = None,
+) -> list[Drive]:
+    """Every drive of a screen: each policy at each speed on each seed, and the block once at 1.0 m/s."""
+    drives = []
+    for name, path in policies.items():
+        for seed in seeds:
+            drives += [Drive(name, str(path), COURSE, speed, seed, time_limit, STAND_UP_S) for speed in speeds]
+        if block:
+            drives.append(Drive(name, str(path), BLOCK, BLOCK_SPEED, seeds[0], time_limit, STAND_UP_S))
+    return drives
+
+
+def screen(drives: list[Drive], jobs: int = 1, progress: bool = True) -> list[dict[str, Any]]:
+    """Run ``drives`` (in ``jobs`` worker processes when more than one) and return their results in order."""
+    results: list[dict[str, Any] | None] = [None] * len(drives)
+    bar = None
+    if progress:
+        from tqdm import tqdm
+
+        bar = tqdm(total=len(drives), unit="drive", desc="screen")
+    if jobs <= 1:
+        for i, d in enumerate(drives):
+            results[i] = drive(d)
+            if bar is not None:
+                bar.update()
+    else:
+        # Spawned, not forked: each worker builds its own MuJoCo and onnxruntime state.
+        with ProcessPoolExecutor(max_workers=jobs, mp_context=multiprocessing.get_context("spawn")) as pool:
+            futures = {pool.submit(drive, d): i for i, d in enumerate(drives)}
+            for future in as_completed(futures):
+                results[futures[future]] = future.result()
+                if bar is not None:
+                    bar.update()
+    if bar is not None:
+        bar.close()
+    return [r for r in results if r is not None]
+
+
+def table(drives: list[Drive], results: list[dict[str, Any]]) -> tuple[str, dict[str, dict[str, Any]]]:
+    """The markdown table (a row per policy, a column per strip/speed/seed, then the count passed) and
+    the per-policy summary."""
+    columns = list(dict.fromkeys(d.column for d in drives))
+    by_policy: dict[str, dict[str, dict[str, Any]]] = {}
+    for d, r in zip(drives, results, strict=True):
+        by_policy.setdefault(d.policy, {})[d.column] = r
+    lines = [
+        "| policy | " + " | ".join(columns) + " | passed |",
+        "| --- | " + " | ".join("---" for _ in columns) + " | --- |",
+    ]
+    summary = {}
+    for name, cells in by_policy.items():
+        passed = [c for c in columns if c in cells and cells[c]["passes"]]
+        summary[name] = {"passed": len(passed), "of": len(cells), "fails_at": [c for c in cells if c not in passed]}
+        row = " | ".join(cell(cells[c]) if c in cells else "" for c in columns)
+        lines.append(f"| {name} | {row} | {len(passed)} of {len(cells)} |")
+    return "\n".join(lines) + "\n", summary
+
+
+def report(drives: list[Drive], results: list[dict[str, Any]]) -> tuple[str, dict[str, Any]]:
+    """screen.md's text and screen.json's content."""
+    text, summary = table(drives, results)
+    md = (
+        "# Course screen (with the map only)\n\n"
+        "Each cell is one drive with the elevation map: **pass** (crossed, no fall, mean speed at least "
+        f"{course_eval.SPEED_FRACTION_BAR} x the commanded; the mean speed in m/s), or why not. The blanked "
+        "run of the full bar is not driven: confirm a choice with `python -m sim2sim.evaluate --course`.\n\n" + text
+    )
+    payload = {
+        "criteria": {"speed_fraction": course_eval.SPEED_FRACTION_BAR, "map_only": True},
+        "policies": {d.policy: d.path for d in drives},
+        "summary": summary,
+        "drives": results,
+    }
+    return md, payload
+
+
+def parse_policies(items: list[str]) -> dict[str, Path]:
+    """``[NAME=]ONNX`` items to names and paths (the name defaults to the file's stem)."""
+    policies: dict[str, Path] = {}
+    for item in items:
+        name, sep, path = item.partition("=")
+        if not sep:
+            name, path = Path(item).stem, item
+        if not name or not path:
+            raise ValueError(f"{item!r}: expected ONNX or NAME=ONNX")
+        if not Path(path).is_file():
+            raise ValueError(f"{name}: no file {path}")
+        if name in policies:
+            raise ValueError(f"the name {name!r} is given twice: name them, NAME=ONNX")
+        policies[name] = Path(path)
+    return policies
+
+
+def build_parser() -> argparse.ArgumentParser:
+    p = argparse.ArgumentParser(
+        prog="python -m sim2sim.screen",
+        description=__doc__.split("\n\n")[0].replace("``", ""),
+        epilog=__doc__.split("\n\n", 1)[1],
+        formatter_class=argparse.RawDescriptionHelpFormatter,
+    )
+    p.add_argument("policy", nargs="+", metavar="[NAME=]ONNX", help="exported policies (e.g. a run's checkpoints)")
+    p.add_argument(
+        "--speed",
+        type=float,
+        nargs="+",
+        default=list(BAR_SPEEDS),
+        metavar="SPEED",
+        help="commanded forward speeds on the course, m/s (default: %(default)s, issue 23's bar)",
+    )
+    p.add_argument(
+        "--seed",
+        type=int,
+        nargs="+",
+        default=[COURSE_SEED],
+        help="seeds of the course's block field (default %(default)s); a second one confirms a choice",
+    )
+    p.add_argument("--block", action="store_true", help="also the 20 cm block at 1.0 m/s (experiment A)")
+    p.add_argument("--time-limit", type=float, help="seconds of driving per run (default: the strip at half speed)")
+    p.add_argument(
+        "--jobs", type=int, default=os.cpu_count() or 1, help="worker processes (default: the cores, %(default)s)"
+    )
+    p.add_argument("--out", type=Path, help="directory for screen.md and screen.json")
+    p.add_argument("--no-progress", action="store_true", help="no progress bar")
+    return p
+
+
+def main(argv: list[str] | None = None) -> int:
+    parser = build_parser()
+    args = parser.parse_args(argv)
+    try:
+        policies = parse_policies(args.policy)
+        for speed in args.speed:
+            course_eval.check_speed(speed)
+        if len(set(args.speed)) != len(args.speed) or len(set(args.seed)) != len(args.seed):
+            raise ValueError("a speed or seed is given twice")
+        if args.time_limit is not None and not args.time_limit > 0:
+            raise ValueError(f"--time-limit must be positive, got {args.time_limit}")
+        if args.jobs < 1:
+            raise ValueError(f"--jobs must be at least 1, got {args.jobs}")
+    except ValueError as e:
+        parser.error(str(e))
+    drives = drives_for(policies, args.speed, args.seed, block=args.block, time_limit=args.time_limit)
+    results = screen(drives, jobs=min(args.jobs, len(drives)), progress=not args.no_progress)
+    md, payload = report(drives, results)
+    if args.out is not None:
+        args.out.mkdir(parents=True, exist_ok=True)
+        atomic_write_text(args.out / "screen.md", md)
+        atomic_write_text(args.out / "screen.json", json.dumps(payload, indent=1) + "\n")
+        print(f"wrote {args.out / 'screen.md'} and screen.json")
+    print(md)
+    return 0
+
+
+if __name__ == "__main__":
+    sys.exit(main())

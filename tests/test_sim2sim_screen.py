@@ -1,0 +1,95 @@
+"""python -m sim2sim.screen: many policies over the course with the map only, in worker processes.
+
+The drives use the mild course and the command-following rollers of test_sim2sim_course (a roller
+crosses the mild course at the commanded speed); the cells' wording is checked on hand-made results.
+"""
+
+from __future__ import annotations
+
+import json
+import re
+
+import pytest
+from test_sim2sim_course import MILD_COURSE, relief_roller_policy
+
+from sim2sim import screen
+from sim2sim.course import generate_course
+
+
+def test_screen_tables_each_policy_per_speed_and_seed_from_worker_processes(tmp_path, monkeypatch, capsys):
+    """Two rollers at 0.5 and 1.0 m/s on two seeds, with a time limit (1.1 x the strip's length at
+    1.0 m/s) that lets them cross at 1.0 m/s only: 2 of 4 drives pass per policy. Two worker
+    processes: the milder course reaches them inside each drive, not through this process's module."""
+    monkeypatch.setattr(screen, "COURSE", MILD_COURSE)
+    monkeypatch.setattr(screen, "STAND_UP_S", 0.5)
+    relief = relief_roller_policy(tmp_path / "relief.onnx", relief_boost=4.0)
+    blind = relief_roller_policy(tmp_path / "blind.onnx", relief_boost=0.0)
+    length = generate_course(MILD_COURSE).length
+    out = tmp_path / "screen"
+    argv = [str(relief), f"b={blind}", "--speed", "0.5", "1.0", "--seed", "1616", "7", "--jobs", "2",
+            "--time-limit", f"{1.1 * length:.2f}", "--out", str(out), "--no-progress"]  # fmt: skip
+    assert screen.main(argv) == 0
+    data = json.loads((out / "screen.json").read_text())
+    assert data["policies"] == {"relief": str(relief), "b": str(blind)}
+    assert len(data["drives"]) == 8
+    for d in data["drives"]:
+        assert d["falls"] == [] and d["fault"] is None
+        if d["speed"] == 1.0:
+            assert d["passes"] and d["crossed"] and d["at_speed"] and d["section_reached"] == "run_out"
+        else:
+            assert not d["passes"] and not d["crossed"] and d["end"] == "time limit"
+            if d["policy"] == "b":  # at the commanded 0.5 m/s: about half the strip in the time limit
+                assert d["progress_m"] == pytest.approx(0.5 * 1.1 * length, rel=0.1)
+    for name in ("relief", "b"):
+        assert data["summary"][name]["passed"] == 2 and data["summary"][name]["of"] == 4
+        assert data["summary"][name]["fails_at"] == ["0.5 m/s, seed 1616", "0.5 m/s, seed 7"]
+    md = (out / "screen.md").read_text()
+    assert "| policy | 0.5 m/s, seed 1616 | 1 m/s, seed 1616 | 0.5 m/s, seed 7 | 1 m/s, seed 7 | passed |" in md
+    row = next(line for line in md.splitlines() if line.startswith("| b |"))
+    cells = [c.strip() for c in row.split("|")[2:-1]]
+    assert cells[0].startswith("time limit: ") and re.fullmatch(r"pass 0\.9\d", cells[1]) and cells[4] == "2 of 4"
+    # the roller that speeds up where its scan shows relief is faster over the mild course's obstacles
+    fast = {(d["policy"], d["seed"]): d["mean_speed"] for d in data["drives"] if d["speed"] == 1.0}
+    assert fast[("relief", 7)] > fast[("b", 7)]
+    assert md in capsys.readouterr().out
+
+
+def test_cells_name_the_first_reason_a_drive_fails():
+    base = {"passes": False, "crossed": True, "mean_speed": 0.55, "falls": [], "fault": None, "end": "crossed",
+            "section_reached": "run_out", "final_section": "run_out"}  # fmt: skip
+    assert screen.cell({**base, "passes": True, "mean_speed": 0.684}) == "pass 0.68"
+    assert screen.cell(base) == "slow 0.55"
+    falls = [{"section": "stairs_up"}, {"section": "landing"}]
+    assert screen.cell({**base, "falls": falls}) == "fell: stairs_up (+1)"
+    stalled = {**base, "crossed": False, "end": "stalled", "section_reached": "stairs_down"}
+    assert screen.cell(stalled) == "stalled: stairs_down"
+    assert screen.cell({**stalled, "fault": "DAMPING", "final_section": "landing"}) == "fault: landing"
+
+
+def test_block_is_driven_once_whatever_the_seeds(tmp_path):
+    policy = tmp_path / "p.onnx"
+    policy.write_bytes(b"")
+    drives = screen.drives_for({"p": policy}, [0.5, 1.0], [1, 2], block=True)
+    columns = ["0.5 m/s, seed 1", "1 m/s, seed 1", "0.5 m/s, seed 2", "1 m/s, seed 2", "block"]
+    assert [d.column for d in drives] == columns
+    assert drives[-1].speed == screen.BLOCK_SPEED and drives[-1].strip.layout == "block"
+
+
+@pytest.mark.parametrize(
+    ("args", "message"),
+    [
+        (["missing.onnx"], "no file missing.onnx"),
+        (["{p}", "--speed", "1.5"], "0.5 - 1.0"),
+        (["{p}", "{p}"], "given twice"),
+        (["{p}", "--seed", "3", "3"], "given twice"),
+        (["{p}", "--jobs", "0"], "--jobs"),
+        (["{p}", "--time-limit", "-1"], "--time-limit"),
+    ],
+)
+def test_bad_arguments_are_refused_by_name(tmp_path, capsys, args, message):
+    policy = tmp_path / "p.onnx"
+    policy.write_bytes(b"")
+    with pytest.raises(SystemExit) as exit_info:
+        screen.main([a.format(p=policy) for a in args])
+    assert exit_info.value.code == 2
+    assert message in capsys.readouterr().err
