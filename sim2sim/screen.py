@@ -31,8 +31,10 @@ from pathlib import Path
 from typing import Any
 
 from aow_policy.fileio import atomic_write_text
+from aow_policy.policy_contract import PolicyContractError
 from sim2sim import course_eval
 from sim2sim.course import COURSE_SEED, CourseConfig, block_config
+from sim2sim.evaluate import identity_line, policy_identity
 
 # Issue 23's bar spans 0.5 - 1.0 m/s; these are the speeds its evaluations drive.
 BAR_SPEEDS = (0.5, 0.6, 0.7, 0.75, 0.8, 0.9, 1.0)
@@ -169,11 +171,16 @@ def table(drives: list[Drive], results: list[dict[str, Any]]) -> tuple[str, dict
     return "\n".join(lines) + "\n", summary
 
 
-def report(drives: list[Drive], results: list[dict[str, Any]]) -> tuple[str, dict[str, Any]]:
-    """screen.md's text and screen.json's content."""
+def report(
+    drives: list[Drive], results: list[dict[str, Any]], identities: dict[str, dict[str, Any]]
+) -> tuple[str, dict[str, Any]]:
+    """screen.md's text and screen.json's content; ``identities``: :func:`sim2sim.evaluate.policy_identity`
+    per policy (what names it once its file is gone)."""
     text, summary = table(drives, results)
+    named = "\n".join(identity_line(name, identity) for name, identity in identities.items())
     md = (
         "# Course screen (with the map only)\n\n"
+        f"Policies:\n\n{named}\n\n"
         "Each cell is one drive with the elevation map: **pass** (crossed, no fall, mean speed at least "
         f"{course_eval.SPEED_FRACTION_BAR} x the commanded; the mean speed in m/s), or why not. The blanked "
         "run of the full bar is not driven: confirm a choice with `python -m sim2sim.evaluate --course`.\n\n" + text
@@ -181,6 +188,7 @@ def report(drives: list[Drive], results: list[dict[str, Any]]) -> tuple[str, dic
     payload = {
         "criteria": {"speed_fraction": course_eval.SPEED_FRACTION_BAR, "map_only": True},
         "policies": {d.policy: d.path for d in drives},
+        "identities": identities,
         "summary": summary,
         "drives": results,
     }
@@ -250,11 +258,13 @@ def main(argv: list[str] | None = None) -> int:
             raise ValueError(f"--time-limit must be positive, got {args.time_limit}")
         if args.jobs < 1:
             raise ValueError(f"--jobs must be at least 1, got {args.jobs}")
-    except ValueError as e:
+        # Each file read once here: a file that is no policy is named before any worker starts.
+        identities = {name: policy_identity(path) for name, path in policies.items()}
+    except (ValueError, PolicyContractError) as e:
         parser.error(str(e))
     drives = drives_for(policies, args.speed, args.seed, block=args.block, time_limit=args.time_limit)
     results = screen(drives, jobs=min(args.jobs, len(drives)), progress=not args.no_progress)
-    md, payload = report(drives, results)
+    md, payload = report(drives, results, identities)
     if args.out is not None:
         args.out.mkdir(parents=True, exist_ok=True)
         atomic_write_text(args.out / "screen.md", md)

@@ -6,6 +6,7 @@ crosses the mild course at the commanded speed); the cells' wording is checked o
 
 from __future__ import annotations
 
+import hashlib
 import json
 import re
 
@@ -31,6 +32,7 @@ def test_screen_tables_each_policy_per_speed_and_seed_from_worker_processes(tmp_
     assert screen.main(argv) == 0
     data = json.loads((out / "screen.json").read_text())
     assert data["policies"] == {"relief": str(relief), "b": str(blind)}
+    assert data["identities"]["b"]["sha256"] == hashlib.sha256(blind.read_bytes()).hexdigest()
     assert len(data["drives"]) == 8
     for d in data["drives"]:
         assert d["falls"] == [] and d["fault"] is None
@@ -44,6 +46,7 @@ def test_screen_tables_each_policy_per_speed_and_seed_from_worker_processes(tmp_
         assert data["summary"][name]["passed"] == 2 and data["summary"][name]["of"] == 4
         assert data["summary"][name]["fails_at"] == ["0.5 m/s, seed 1616", "0.5 m/s, seed 7"]
     md = (out / "screen.md").read_text()
+    assert "- b: `" in md and "- relief: `" in md  # named with their hashes
     assert "| policy | 0.5 m/s, seed 1616 | 1 m/s, seed 1616 | 0.5 m/s, seed 7 | 1 m/s, seed 7 | passed |" in md
     row = next(line for line in md.splitlines() if line.startswith("| b |"))
     cells = [c.strip() for c in row.split("|")[2:-1]]
@@ -84,6 +87,7 @@ def test_block_is_driven_once_whatever_the_seeds(tmp_path):
         (["{p}", "--seed", "3", "3"], "given twice"),
         (["{p}", "--jobs", "0"], "--jobs"),
         (["{p}", "--time-limit", "-1"], "--time-limit"),
+        (["{p}"], "not a loadable ONNX model"),  # an empty file: refused before any worker starts
     ],
 )
 def test_bad_arguments_are_refused_by_name(tmp_path, capsys, args, message):
