@@ -6,8 +6,8 @@
    command sequence (forward, sideways, turning, stop), recording a rosbag2 and a video.
 4. Run the shipped reference policy (policies/aow_flat_np3o) on the same command script, with a
    video, for comparison.
-5. Drive the shipped height-scan policy (policies/aow_rough_np3o) over the terrain course (ramps,
-   stairs, rubble, gaps) at 0.75 m/s through the GridMap -> height-scan path, with a video:
+5. Drive the shipped height-scan policy (policies/aow_rough_np3o) over the terrain course (a 25 %
+   slope, 15 cm stairs, 10 cm blocks) at 0.75 m/s through the GridMap -> height-scan path, with a video:
    what a policy trained for longer on the rough task does (``--no-course`` skips it).
 6. Replay the bag into violation statistics, tables and plots.
 7. Print a short summary with the paths of every artifact.

@@ -72,13 +72,14 @@ def test_the_ppo_recipe_adds_the_hip_range_penalty_to_the_full_reward_set():
 
 def test_rough_recipe():
     """The rough recipe: the flat recipe's terms and trip on the height-scan task, the leg drives'
-    torque-speed line, the progress curriculum and the entropy bonus held at 0.001."""
+    torque-speed line, 5 cm height samples, the progress curriculum and the entropy bonus held at 0.001."""
     cfg = load_config_yaml(CONFIGS / "aow_rough_np3o.yaml")
     cfg.validate()
     assert (cfg.task, cfg.algo) == ("aow_rough_style", "np3o") and cfg.network.symmetric_actor is True
     task = task_config(cfg.task, **cfg.env_overrides)
     assert task.observations.height_scan and task.terrain.kind == "rough"
     assert task.sim.leg_actuator == "dc_motor" and task.terrain.curriculum_distance == "along_command"
+    assert task.terrain.horizontal_scale == 0.05  # 72 deg risers, not 56 deg ramps
     assert task.rewards.air_time_gate == "moving" and task.commands.reversal_share == 0.2
     assert task.terminations.joint_speed_trip == ControllerConfig().joint_velocity_factor
     assert (cfg.ppo.entropy_coef, cfg.ppo.entropy_coef_final) == (0.001, 0.001)
@@ -99,8 +100,8 @@ def test_the_shipped_rough_policy_was_trained_with_the_rough_recipe():
     task, recipe_task = task_config(cfg.task, **cfg.env_overrides), task_config(recipe.task, **recipe.env_overrides)
     for section in ("rewards", "commands", "terminations", "costs", "observations", "terrain", "sim"):
         assert getattr(task, section) == getattr(recipe_task, section), section
-    ckpt = load_checkpoint(shipped / "model_582.pt")
-    assert (ckpt["iteration"], ckpt["config"]["task"], ckpt["config"]["algo"]) == (582, "aow_rough_style", "np3o")
+    ckpt = load_checkpoint(shipped / "model_818.pt")
+    assert (ckpt["iteration"], ckpt["config"]["task"], ckpt["config"]["algo"]) == (818, "aow_rough_style", "np3o")
     assert "runner_state" not in ckpt
     contract = (shipped / "policy.yaml").read_text()
-    assert "task: aow_rough_style, algorithm: np3o, iteration: 582" in contract and "leg_actuator: dc_motor" in contract
+    assert "task: aow_rough_style, algorithm: np3o, iteration: 818" in contract and "leg_actuator: dc_motor" in contract
