@@ -81,3 +81,39 @@ def test_compare_refuses_bad_arguments(tmp_path, capsys):
     assert main([*base, "--set", "ppo.clip_param=3"]) == 2
     assert "ppo.clip_param" in capsys.readouterr().err
     assert not (tmp_path / "o").exists()
+
+
+def test_compare_max_minutes_stops_and_the_same_command_continues(tmp_path, capsys, monkeypatch):
+    """--max-minutes: the run under way at the deadline stops with a checkpoint after its iteration,
+    the runs not reached are not started, no table is written; the same command without the bound
+    resumes the stopped run and trains the rest. The clock is the test's: it stands still for the
+    deadline, the first run's start and its budget, then jumps past the deadline."""
+    from training import compare
+
+    calls = []
+
+    class Clock:
+        @staticmethod
+        def time() -> float:
+            calls.append(None)
+            return 0.0 if len(calls) <= 3 else 1e9
+
+    monkeypatch.setattr(compare, "time", Clock)
+    out = tmp_path / "cmp"
+    argv = [
+        "--task", "toy_speed_limit", "--algos", "ppo,np3o", "--seeds", "2", "--iterations", "3", "--out", str(out),
+        "--num-envs", "8", "--steps-per-env", "8", "--threads", "1", "--set", "ppo.num_epochs=1",
+    ]  # fmt: skip
+    assert main([*argv, "--max-minutes", "1e-9"]) == 0
+    text = capsys.readouterr().out
+    assert "time budget of 1e-09 min reached; 4 of 4 runs" in text
+    assert "ppo_s0: 1 of 3 iterations" in text and "np3o_s1: 0 of 3 iterations" in text
+    assert (out / "runs" / "ppo_s0" / "model_1.pt").is_file() and not (out / "runs" / "np3o_s0").exists()
+    assert not (out / "table.md").exists()
+    assert main([*argv, "--max-minutes", "0"]) == 2  # a bound must be positive
+    assert main(argv) == 0  # the same command, unbounded: continues
+    assert (out / "table.md").is_file()
+    segments = (out / "runs" / "ppo_s0" / "segments.jsonl").read_text().splitlines()
+    assert len(segments) == 2  # started, then resumed
+    for run in ("ppo_s0", "ppo_s1", "np3o_s0", "np3o_s1"):
+        assert (out / "runs" / run / "model_3.pt").is_file()

@@ -5,7 +5,10 @@
 
 Each (algorithm, seed) trains in ``OUT/runs/<algo>_s<seed>`` with the same config apart from the
 algorithm and seed; a run already finished there is reused and an interrupted one is resumed,
-so a comparison can be continued by running the same command again. Results:
+so a comparison can be continued by running the same command again. ``--max-minutes`` bounds one
+such call (a session on a shared machine): the runs under way stop with a checkpoint when the time
+is up, the ones not reached are not started, no table is written yet, and the same command
+continues them later. Results, once every run has reached its iterations:
 
 - ``OUT/table.md``: final reward and violations per episode, mean (± standard deviation over
   seeds), one row per algorithm, as the paper's Table II. "Final" = the mean over the last
@@ -23,6 +26,7 @@ import argparse
 import json
 import math
 import sys
+import time
 from concurrent.futures import ProcessPoolExecutor
 from pathlib import Path
 from typing import Any
@@ -65,12 +69,16 @@ def run_dir_for(out: Path, algo: str, seed: int) -> Path:
     return out / "runs" / f"{algo}_s{seed}"
 
 
-def train_one(cfg_dict: dict[str, Any], run_dir: str, threads: int | None) -> str:
-    """Train (or finish) one run; returns its directory. Runs in a worker process with --jobs."""
+def train_one(cfg_dict: dict[str, Any], run_dir: str, threads: int | None, deadline: float | None = None) -> bool:
+    """Train (or finish) one run; with ``deadline`` (a ``time.time()``), stop with a checkpoint after
+    the first iteration that ends past it, and do not start at all once it has passed. Returns
+    whether the run reached its iterations. Runs in a worker process with --jobs."""
     import torch
 
     from training.runner import Runner
 
+    if deadline is not None and time.time() >= deadline:
+        return _finished(cfg_dict, Path(run_dir))
     if threads:
         torch.set_num_threads(threads)
     cfg = TrainConfig.from_dict(cfg_dict)
@@ -78,8 +86,13 @@ def train_one(cfg_dict: dict[str, Any], run_dir: str, threads: int | None) -> st
     resume = any(path.glob("model_*.pt"))
     runner = Runner(cfg, path, resume=resume, progress=False)
     if runner.iteration < cfg.iterations:
-        runner.learn()
-    return run_dir
+        runner.learn(time_budget_s=None if deadline is None else max(0.0, deadline - time.time()))
+    return runner.iteration >= cfg.iterations
+
+
+def _finished(cfg_dict: dict[str, Any], run_dir: Path) -> bool:
+    """Whether ``run_dir`` holds the checkpoint of the config's last iteration."""
+    return (run_dir / f"model_{cfg_dict['iterations']}.pt").is_file()
 
 
 def read_metrics(run_dir: Path) -> list[dict[str, float]]:
@@ -222,6 +235,12 @@ def build_parser() -> argparse.ArgumentParser:
     p.add_argument("--final-window", type=int, help="iterations averaged for the final values (default: last 10%%)")
     p.add_argument("--jobs", type=int, default=1, help="runs trained in parallel processes (default 1)")
     p.add_argument("--threads", type=int, help="torch threads per run (default: torch's choice)")
+    p.add_argument(
+        "--max-minutes",
+        type=float,
+        help="stop after this many minutes: runs under way end with a checkpoint, runs not reached are not "
+        "started, and the same command continues them (the table is written once every run is done)",
+    )
     return p
 
 
@@ -276,6 +295,10 @@ def main(argv: list[str] | None = None) -> int:
     if args.seeds < 1 or args.jobs < 1:
         print("aow-compare: error: --seeds and --jobs must be at least 1", file=sys.stderr)
         return 2
+    if args.max_minutes is not None and not args.max_minutes > 0:
+        print(f"aow-compare: error: --max-minutes must be positive, got {args.max_minutes}", file=sys.stderr)
+        return 2
+    deadline = None if args.max_minutes is None else time.time() + 60.0 * args.max_minutes
     seeds = list(range(args.seeds))
     try:
         configs = run_configs(args, algos, seeds)
@@ -290,22 +313,35 @@ def main(argv: list[str] | None = None) -> int:
     # Seed-major order: a comparison stopped early still has every algorithm on the first seeds.
     order = sorted(configs, key=lambda key: (key[1], algos.index(key[0])))
     jobs = [(configs[key], str(run_dir_for(args.out, *key))) for key in order]
+    finished: dict[str, bool] = {}
     try:
         with tqdm(total=len(jobs), desc="aow-compare", unit="run") as bar:
             if args.jobs == 1:
                 for cfg, run_dir in jobs:
                     bar.set_postfix_str(Path(run_dir).name)
-                    train_one(cfg, run_dir, args.threads)
+                    finished[run_dir] = train_one(cfg, run_dir, args.threads, deadline)
                     bar.update(1)
             else:
                 with ProcessPoolExecutor(max_workers=args.jobs) as pool:
-                    futures = [pool.submit(train_one, cfg, run_dir, args.threads) for cfg, run_dir in jobs]
-                    for future in futures:
-                        bar.set_postfix_str(Path(future.result()).name)
+                    futures = {
+                        run_dir: pool.submit(train_one, cfg, run_dir, args.threads, deadline) for cfg, run_dir in jobs
+                    }
+                    for run_dir, future in futures.items():
+                        finished[run_dir] = future.result()
+                        bar.set_postfix_str(Path(run_dir).name)
                         bar.update(1)
     except TrainingError as e:
         print(f"aow-compare: error: {e}", file=sys.stderr)
         return 1
+    unfinished = [run_dir for run_dir, done in finished.items() if not done]
+    if unfinished:
+        print(f"aow-compare: time budget of {args.max_minutes:g} min reached; {len(unfinished)} of {len(jobs)} runs")
+        for run_dir in unfinished:
+            metrics = Path(run_dir) / "metrics.jsonl"
+            reached = len(read_metrics(Path(run_dir))) if metrics.is_file() else 0
+            print(f"  {Path(run_dir).name}: {reached} of {args.iterations} iterations")
+        print("aow-compare: the same command continues them; the table is written once all are done")
+        return 0
     summary = summarize(args.out, algos, seeds, args.final_window)
     table = markdown_table(summary, algos)
     atomic_write_bytes(args.out / "table.md", table.encode())
