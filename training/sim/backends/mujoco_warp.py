@@ -25,7 +25,7 @@ import torch
 from training.mdp.math import quat_rotate, quat_rotate_inverse
 from training.sim.backends.base import PhysicsRandomization, SimState
 from training.sim.backends.mujoco_cpu import MAX_SPEED
-from training.sim.backends.scene import Scene, nominal_params, sample_params
+from training.sim.backends.scene import Scene, nominal_params, sample_params, scaled_gains
 from training.sim.model import DC_KD, DC_KP
 
 BATCHED_FIELDS = ("geom_friction", "body_mass", "actuator_gainprm", "actuator_biasprm")
@@ -415,15 +415,11 @@ class MujocoWarpBackend:
         mass[idx, scene.info.base_body_id] = float(scene.model.body_mass[scene.info.base_body_id]) + p[:, 1]
         gain, bias = t(self.m.actuator_gainprm), t(self.m.actuator_biasprm)
         base_gain, base_bias, is_dc = self._base_gain, self._base_bias, self._is_dc
+        # One parameter set per world as [N, 1] columns against [nu] actuators: as scene.apply_params.
         kp, kd, strength = p[:, 2:3], p[:, 3:4], p[:, 4:5]
-        # As scene.apply_params: DC-motor legs keep their servo gains in gainprm[DC_KP], [DC_KD].
-        is_position = base_bias[:, 1] != 0.0
-        stiffness = torch.where(is_position, kp, kd)
-        gain[idx, :, 0] = torch.where(is_dc, base_gain[:, 0], base_gain[:, 0] * stiffness * strength)
-        gain[idx, :, DC_KP] = torch.where(is_dc, base_gain[:, DC_KP] * kp * strength, base_gain[:, DC_KP])
-        gain[idx, :, DC_KD] = torch.where(is_dc, base_gain[:, DC_KD] * kd * strength, base_gain[:, DC_KD])
-        bias[idx, :, 1] = base_bias[:, 1] * kp * strength
-        bias[idx, :, 2] = base_bias[:, 2] * kd * strength
+        g0, g_kp, g_kd, b1, b2 = scaled_gains(base_gain, base_bias, is_dc, kp, kd, strength, torch.where)
+        gain[idx, :, 0], gain[idx, :, DC_KP], gain[idx, :, DC_KD] = g0, g_kp, g_kd
+        bias[idx, :, 1], bias[idx, :, 2] = b1, b2
 
     def physics_params(self) -> torch.Tensor:
         return torch.as_tensor(self.params, dtype=torch.float32, device=self.device)

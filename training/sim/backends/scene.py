@@ -22,6 +22,7 @@ environment sees (and counts) every blow-up.
 from __future__ import annotations
 
 from dataclasses import dataclass
+from typing import Any
 
 import mujoco
 import numpy as np
@@ -153,32 +154,53 @@ def nominal_params(scene: Scene) -> np.ndarray:
     return np.array([scene.model.geom_friction[scene.floor_geom_id, 0], 0.0, 1.0, 1.0, 1.0])
 
 
+def scaled_gains(
+    base_gain: Any, base_bias: Any, is_dc: Any, kp_scale: Any, kd_scale: Any, strength: Any, where: Any
+) -> tuple[Any, Any, Any, Any, Any]:
+    """The actuator parameters :func:`apply_params` writes, from the nominal ones: (gainprm[:, 0],
+    gainprm[:, DC_KP], gainprm[:, DC_KD], biasprm[:, 1], biasprm[:, 2]). Works on numpy arrays (one
+    parameter set, ``where`` = ``np.where``) and on torch tensors (a parameter set per world as
+    [N, 1] columns, ``where`` = ``torch.where``), so the C MuJoCo and MuJoCo Warp backends scale
+    alike. ``base_gain``/``base_bias``: [nu, 10]; ``is_dc``: [nu] bool.
+
+    A position actuator is force = gain*ctrl + bias1*q + bias2*qdot with gain = kp, bias1 = -kp,
+    bias2 = -kd; a velocity actuator has gain = kd, bias2 = -kd; strength scales the whole force, as
+    legged_gym scales its PD torques. A DC-motor leg keeps its servo's kp and kd in gainprm[DC_KP]
+    and [DC_KD]: strength scales the PD torque there, and its other parameters (the drive's
+    torque-speed line) stay the drive's."""
+    is_position = base_bias[:, 1] != 0.0
+    stiffness = where(is_position, kp_scale, kd_scale)
+    return (
+        where(is_dc, base_gain[:, 0], base_gain[:, 0] * stiffness * strength),
+        where(is_dc, base_gain[:, DC_KP] * kp_scale * strength, base_gain[:, DC_KP]),
+        where(is_dc, base_gain[:, DC_KD] * kd_scale * strength, base_gain[:, DC_KD]),
+        where(is_dc, base_bias[:, 1], base_bias[:, 1] * kp_scale * strength),
+        where(is_dc, base_bias[:, 2], base_bias[:, 2] * kd_scale * strength),
+    )
+
+
 def apply_params(model: mujoco.MjModel, scene: Scene, params: np.ndarray) -> None:
     """Write one set of physics parameters into ``model`` (a copy of the scene's model).
 
-    Friction: the floor has the higher geom priority, so its friction is the contact's.
-    Gains: a position actuator is force = gain*ctrl + bias1*q + bias2*qdot with gain = kp,
-    bias1 = -kp, bias2 = -kd; a velocity actuator has gain = kd, bias2 = -kd. Motor strength
-    scales the whole force, as legged_gym scales its PD torques. A DC-motor leg (``LegActuator``)
-    keeps its servo's kp and kd in gainprm[DC_KP] and [DC_KD]: strength scales the PD torque there,
-    and the drive's torque-speed line stays the drive's.
+    Friction: the floor has the higher geom priority, so its friction is the contact's. Base mass:
+    the nominal plus the added mass. Gains: :func:`scaled_gains`.
     """
     base = scene.model
     friction, added_mass, kp_scale, kd_scale, strength = (float(p) for p in params)
     model.geom_friction[scene.floor_geom_id, 0] = friction
     bid = scene.info.base_body_id
     model.body_mass[bid] = base.body_mass[bid] + added_mass
-    for aid in scene.info.actuator_ids:
-        gain, bias = base.actuator_gainprm[aid], base.actuator_biasprm[aid]
-        if base.actuator_gaintype[aid] == mujoco.mjtGain.mjGAIN_DCMOTOR:
-            model.actuator_gainprm[aid, DC_KP] = gain[DC_KP] * kp_scale * strength
-            model.actuator_gainprm[aid, DC_KD] = gain[DC_KD] * kd_scale * strength
-            continue
-        is_position = bias[1] != 0.0
-        stiffness = kp_scale if is_position else kd_scale
-        model.actuator_gainprm[aid, 0] = gain[0] * stiffness * strength
-        model.actuator_biasprm[aid, 1] = bias[1] * kp_scale * strength
-        model.actuator_biasprm[aid, 2] = bias[2] * kd_scale * strength
+    ids = scene.info.actuator_ids
+    is_dc = base.actuator_gaintype[ids] == mujoco.mjtGain.mjGAIN_DCMOTOR
+    nominal_gain, nominal_bias = base.actuator_gainprm[ids], base.actuator_biasprm[ids]
+    gains = scaled_gains(nominal_gain, nominal_bias, is_dc, kp_scale, kd_scale, strength, np.where)
+    (
+        model.actuator_gainprm[ids, 0],
+        model.actuator_gainprm[ids, DC_KP],
+        model.actuator_gainprm[ids, DC_KD],
+        model.actuator_biasprm[ids, 1],
+        model.actuator_biasprm[ids, 2],
+    ) = gains
 
 
 def sample_params(rand, n: int, rng: np.random.Generator, nominal: np.ndarray) -> np.ndarray:
