@@ -25,6 +25,7 @@ import json
 import multiprocessing
 import os
 import sys
+import tempfile
 from concurrent.futures import ProcessPoolExecutor, as_completed
 from dataclasses import dataclass
 from pathlib import Path
@@ -32,9 +33,11 @@ from typing import Any
 
 from aow_policy.fileio import atomic_write_text
 from aow_policy.policy_contract import PolicyContractError
+from export.checkpoint_source import ExportError
 from sim2sim import course_eval
 from sim2sim.course import COURSE_SEED, CourseConfig, block_config
 from sim2sim.evaluate import identity_line, policy_identity
+from training.checkpoint import CheckpointError
 
 # Issue 23's bar spans 0.5 - 1.0 m/s; these are the speeds its evaluations drive.
 BAR_SPEEDS = (0.5, 0.6, 0.7, 0.75, 0.8, 0.9, 1.0)
@@ -196,20 +199,64 @@ def report(
 
 
 def parse_policies(items: list[str]) -> dict[str, Path]:
-    """``[NAME=]ONNX`` items to names and paths (the name defaults to the file's stem)."""
+    """``[NAME=]PATH`` items to names and paths (the name defaults to the file's or directory's name)."""
     policies: dict[str, Path] = {}
     for item in items:
         name, sep, path = item.partition("=")
         if not sep:
-            name, path = Path(item).stem, item
+            name, path = Path(item).stem or Path(item).resolve().name, item
         if not name or not path:
-            raise ValueError(f"{item!r}: expected ONNX or NAME=ONNX")
-        if not Path(path).is_file():
-            raise ValueError(f"{name}: no file {path}")
+            raise ValueError(f"{item!r}: expected PATH or NAME=PATH")
+        if not Path(path).exists():
+            raise ValueError(f"{name}: no file or directory {path}")
         if name in policies:
-            raise ValueError(f"the name {name!r} is given twice: name them, NAME=ONNX")
+            raise ValueError(f"the name {name!r} is given twice: name them, NAME=PATH")
         policies[name] = Path(path)
     return policies
+
+
+def checkpoints_to_screen(policies: dict[str, Path], last: int) -> dict[str, Path]:
+    """The ONNX files as they are; a checkpoint (``model_<it>.pt``) as "<name>_<it>" (its run
+    directory's name where no NAME was given); a run directory as its ``last`` latest checkpoints."""
+    from training.checkpoint import run_checkpoints
+
+    resolved: dict[str, Path] = {}
+
+    def add(name: str, path: Path) -> None:
+        if name in resolved:
+            raise ValueError(f"two policies would be named {name!r} ({resolved[name]}, {path}): name them, NAME=PATH")
+        resolved[name] = path
+
+    for name, path in policies.items():
+        if path.is_dir():
+            found = run_checkpoints(path)[-last:]
+            if not found:
+                raise ValueError(f"{name}: no checkpoints (model_<iteration>.pt) in {path}")
+            for it, ckpt in found:
+                add(f"{name}_{it}", ckpt)
+        elif path.suffix == ".pt":
+            run = path.resolve().parent.name if name == path.stem else name
+            add(f"{run}_{path.stem.removeprefix('model_')}", path)
+        else:
+            add(name, path)
+    return resolved
+
+
+def export_checkpoints(policies: dict[str, Path], into: Path) -> dict[str, Path]:
+    """Each checkpoint exported (and verified against PyTorch, as ``aow-export`` does) to ``into/NAME.onnx``;
+    ONNX files are passed through."""
+    from export import export_policy
+
+    exported = {}
+    for name, path in policies.items():
+        if path.suffix != ".pt":
+            exported[name] = path
+            continue
+        into.mkdir(parents=True, exist_ok=True)
+        result = export_policy(path, into / f"{name}.onnx", log=lambda line: None)
+        print(f"exported {path} to {result.onnx_path}", flush=True)
+        exported[name] = result.onnx_path
+    return exported
 
 
 def build_parser() -> argparse.ArgumentParser:
@@ -219,7 +266,16 @@ def build_parser() -> argparse.ArgumentParser:
         epilog=__doc__.split("\n\n", 1)[1],
         formatter_class=argparse.RawDescriptionHelpFormatter,
     )
-    p.add_argument("policy", nargs="+", metavar="[NAME=]ONNX", help="exported policies (e.g. a run's checkpoints)")
+    p.add_argument(
+        "policy",
+        nargs="+",
+        metavar="[NAME=]PATH",
+        help="an exported policy (.onnx), a checkpoint (model_<it>.pt) or a run directory (its --last checkpoints); "
+        "checkpoints are exported and verified first, into OUT/policies/ (or a temporary directory)",
+    )
+    p.add_argument(
+        "--last", type=int, default=1, help="checkpoints taken from each run directory, the latest (default 1)"
+    )
     p.add_argument(
         "--speed",
         type=float,
@@ -249,7 +305,9 @@ def main(argv: list[str] | None = None) -> int:
     parser = build_parser()
     args = parser.parse_args(argv)
     try:
-        policies = parse_policies(args.policy)
+        if args.last < 1:
+            raise ValueError(f"--last must be at least 1, got {args.last}")
+        policies = checkpoints_to_screen(parse_policies(args.policy), args.last)
         for speed in args.speed:
             course_eval.check_speed(speed)
         if len(set(args.speed)) != len(args.speed) or len(set(args.seed)) != len(args.seed):
@@ -258,12 +316,18 @@ def main(argv: list[str] | None = None) -> int:
             raise ValueError(f"--time-limit must be positive, got {args.time_limit}")
         if args.jobs < 1:
             raise ValueError(f"--jobs must be at least 1, got {args.jobs}")
-        # Each file read once here: a file that is no policy is named before any worker starts.
-        identities = {name: policy_identity(path) for name, path in policies.items()}
-    except (ValueError, PolicyContractError) as e:
+    except ValueError as e:
         parser.error(str(e))
-    drives = drives_for(policies, args.speed, args.seed, block=args.block, time_limit=args.time_limit)
-    results = screen(drives, jobs=min(args.jobs, len(drives)), progress=not args.no_progress)
+    with tempfile.TemporaryDirectory(prefix="aow-screen-") as scratch:
+        export_dir = args.out / "policies" if args.out is not None else Path(scratch)
+        try:
+            policies = export_checkpoints(policies, export_dir)
+            # Each file read once here: a file that is no policy is named before any worker starts.
+            identities = {name: policy_identity(path) for name, path in policies.items()}
+        except (PolicyContractError, ExportError, CheckpointError) as e:
+            parser.error(str(e))
+        drives = drives_for(policies, args.speed, args.seed, block=args.block, time_limit=args.time_limit)
+        results = screen(drives, jobs=min(args.jobs, len(drives)), progress=not args.no_progress)
     md, payload = report(drives, results, identities)
     if args.out is not None:
         args.out.mkdir(parents=True, exist_ok=True)

@@ -81,13 +81,15 @@ def test_block_is_driven_once_whatever_the_seeds(tmp_path):
 @pytest.mark.parametrize(
     ("args", "message"),
     [
-        (["missing.onnx"], "no file missing.onnx"),
+        (["missing.onnx"], "no file or directory missing.onnx"),
         (["{p}", "--speed", "1.5"], "0.5 - 1.0"),
         (["{p}", "{p}"], "given twice"),
         (["{p}", "--seed", "3", "3"], "given twice"),
         (["{p}", "--jobs", "0"], "--jobs"),
         (["{p}", "--time-limit", "-1"], "--time-limit"),
         (["{p}"], "not a loadable ONNX model"),  # an empty file: refused before any worker starts
+        (["{p}", "--last", "0"], "--last"),
+        (["missing_dir/"], "no file or directory"),
     ],
 )
 def test_bad_arguments_are_refused_by_name(tmp_path, capsys, args, message):
@@ -97,3 +99,52 @@ def test_bad_arguments_are_refused_by_name(tmp_path, capsys, args, message):
         screen.main([a.format(p=policy) for a in args])
     assert exit_info.value.code == 2
     assert message in capsys.readouterr().err
+
+
+def test_run_directories_and_checkpoints_are_named_by_iteration(tmp_path):
+    run = tmp_path / "rough_line"
+    run.mkdir()
+    for it in (5, 10, 7):
+        (run / f"model_{it}.pt").write_bytes(b"")
+    (run / "model_best.pt").write_bytes(b"")  # not an iteration: ignored
+    policies = screen.parse_policies([str(run), f"x={run / 'model_5.pt'}", str(run / "model_7.pt")])
+    named = screen.checkpoints_to_screen({"rough_line": policies["rough_line"]}, last=2)
+    assert named == {"rough_line_7": run / "model_7.pt", "rough_line_10": run / "model_10.pt"}
+    assert screen.checkpoints_to_screen({"x": policies["x"]}, last=1) == {"x_5": run / "model_5.pt"}
+    unnamed = screen.checkpoints_to_screen({"model_7": policies["model_7"]}, last=1)
+    assert unnamed == {"rough_line_7": run / "model_7.pt"}  # named after its run directory
+    with pytest.raises(ValueError, match="would be named 'rough_line_7'"):
+        screen.checkpoints_to_screen(policies, last=2)  # the directory's 7 and the checkpoint's 7
+    (tmp_path / "empty").mkdir()
+    with pytest.raises(ValueError, match="no checkpoints"):
+        screen.checkpoints_to_screen(screen.parse_policies([str(tmp_path / "empty")]), last=1)
+
+
+def test_a_run_directory_is_exported_verified_and_screened(tmp_path, monkeypatch):
+    """A real (tiny) training run: its latest checkpoint is exported with verification into
+    OUT/policies/<run>_<it>.onnx, named by its contract in screen.md, and driven."""
+    import training.envs  # noqa: F401
+    from training.config import TrainConfig
+    from training.networks import NetworkConfig
+    from training.runner import Runner
+
+    run = tmp_path / "tiny"
+    cfg = TrainConfig(
+        task="aow_flat", algo="np3o", num_envs=4, num_steps_per_env=8, iterations=1, save_interval=1,
+        network=NetworkConfig(actor_hidden=(16, 16), critic_hidden=(16, 16), cost_critic_hidden=(16,)),
+    )  # fmt: skip
+    cfg.ppo.num_minibatches = 2
+    Runner(cfg, run, progress=False, tensorboard=False).learn()
+    monkeypatch.setattr(screen, "COURSE", MILD_COURSE)
+    monkeypatch.setattr(screen, "STAND_UP_S", 0.5)
+    out = tmp_path / "screen"
+    argv = [str(run), "--speed", "0.5", "--time-limit", "1", "--jobs", "1", "--out", str(out), "--no-progress"]
+    assert screen.main(argv) == 0
+    onnx_file = out / "policies" / "tiny_1.onnx"
+    assert onnx_file.is_file() and (out / "policies" / "tiny_1.yaml").is_file()
+    data = json.loads((out / "screen.json").read_text())
+    assert data["policies"] == {"tiny_1": str(onnx_file)}
+    assert data["identities"]["tiny_1"]["training"]["iteration"] == 1
+    [drive] = data["drives"]
+    assert drive["policy"] == "tiny_1" and drive["end"] == "time limit" and not drive["passes"]
+    assert "- tiny_1: `" in (out / "screen.md").read_text() and "it. 1" in (out / "screen.md").read_text()

@@ -88,15 +88,20 @@ def load_checkpoint(path: str | os.PathLike[str]) -> dict[str, Any]:
     return data
 
 
-def latest_checkpoint(run_dir: str | os.PathLike[str]) -> Path:
-    """The checkpoint with the highest iteration in a run directory (``model_<iteration>.pt``)."""
-    run_dir = Path(run_dir)
-    candidates = []
-    for p in run_dir.glob("model_*.pt"):
+def run_checkpoints(run_dir: str | os.PathLike[str]) -> list[tuple[int, Path]]:
+    """(iteration, path) of every checkpoint in a run directory (``model_<iteration>.pt``), in order."""
+    found = []
+    for p in Path(run_dir).glob("model_*.pt"):
         try:
-            candidates.append((int(p.stem.split("_", 1)[1]), p))
+            found.append((int(p.stem.split("_", 1)[1]), p))
         except ValueError:
             continue
-    if not candidates:
+    return sorted(found)
+
+
+def latest_checkpoint(run_dir: str | os.PathLike[str]) -> Path:
+    """The checkpoint with the highest iteration in a run directory (``model_<iteration>.pt``)."""
+    found = run_checkpoints(run_dir)
+    if not found:
         raise CheckpointError(f"{run_dir}: no checkpoints (model_<iteration>.pt) in this run directory")
-    return max(candidates)[1]
+    return found[-1][1]
