@@ -223,6 +223,9 @@ def blank_worse_reasons(with_map: CourseRun, blanked: CourseRun) -> list[str]:
     return reasons
 
 
+MAP_RUN_CHECKS = ("crossed", "no_fall", "at_speed")  # the keys of map_run_checks
+
+
 def map_run_checks(with_map: CourseRun) -> dict[str, bool]:
     """The part of the course bar one run with the map decides: crossed, no fall, at speed."""
     at_speed = (

@@ -539,7 +539,7 @@ def bar_by_speed(courses: dict[float, dict[str, Any]]) -> dict[str, dict[str, An
             "failed_checks": {
                 s: [k for k in FAILED_CHECK_TEXT if not b[k]] for s, b in bars.items() if not b["passes"]
             },
-            "map_run_passes_at": [s for s, b in bars.items() if b["crossed"] and b["no_fall"] and b["at_speed"]],
+            "map_run_passes_at": [s for s, b in bars.items() if all(b[k] for k in course_eval.MAP_RUN_CHECKS)],
         }
     return result
 

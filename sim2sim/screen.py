@@ -34,19 +34,20 @@ from typing import Any
 from aow_policy.fileio import atomic_write_text
 from aow_policy.policy_contract import PolicyContractError
 from export.checkpoint_source import ExportError
-from sim2sim import course_eval
-from sim2sim.course import COURSE_SEED, CourseConfig, block_config
+from sim2sim import course_eval, evaluate
+from sim2sim.course import COURSE_SEED, CourseConfig
 from sim2sim.evaluate import identity_line, policy_identity
 from training.checkpoint import CheckpointError
 
 # Issue 23's bar spans 0.5 - 1.0 m/s; these are the speeds its evaluations drive.
 BAR_SPEEDS = (0.5, 0.6, 0.7, 0.75, 0.8, 0.9, 1.0)
-BLOCK_SPEED = 1.0  # the paper's experiment A
-STAND_UP_S = 2.0  # as sim2sim.evaluate
-# Module constants, so that a test can screen a milder strip; each drive carries its own copy into
-# its worker process.
-COURSE = CourseConfig()
-BLOCK = block_config()
+# The full evaluation's strips, block speed and stand-up, so that a screened drive is the drive
+# sim2sim.evaluate repeats. Bound here, so that a test can screen a milder strip; each drive carries
+# its own copy into its worker process.
+BLOCK_SPEED = evaluate.BLOCK_SPEED
+STAND_UP_S = evaluate.STAND_UP_S
+COURSE = evaluate.COURSE
+BLOCK = evaluate.BLOCK
 
 
 @dataclass(frozen=True)
