@@ -11,9 +11,11 @@ being sent around. Only rank 0 writes logs and checkpoints. Backend: gloo on CPU
 
 from __future__ import annotations
 
+import contextlib
 import os
 from collections.abc import Iterable
 from dataclasses import dataclass
+from datetime import timedelta
 from typing import Any
 
 import torch
@@ -105,9 +107,22 @@ def init_distributed(device: str = "cpu") -> DistContext:
     return DistContext(rank=rank, world_size=world_size, local_rank=local_rank)
 
 
-def shutdown_distributed(ctx: DistContext) -> None:
-    if ctx.enabled and dist.is_initialized():
-        dist.destroy_process_group()
+def shutdown_distributed(ctx: DistContext, barrier_timeout_s: float = 30.0) -> None:
+    """Leave the process group once every rank has got here.
+
+    Without the barrier a rank that finishes first (rank 1: it writes no checkpoint) closes its
+    gloo connections while rank 0 still owns worker threads on them, and rank 0 can die in its
+    own teardown with SIGABRT ("terminate called without an active exception"). The barrier is
+    monitored so that a rank that crashed makes the others wait ``barrier_timeout_s`` and then
+    leave, instead of hanging at exit.
+    """
+    if not (ctx.enabled and dist.is_initialized()):
+        return
+    if dist.get_backend() == "gloo":
+        # A RuntimeError here means a rank is gone (it failed first): leaving is all that is left.
+        with contextlib.suppress(RuntimeError):
+            dist.monitored_barrier(timeout=timedelta(seconds=barrier_timeout_s), wait_all_ranks=True)
+    dist.destroy_process_group()
 
 
 def local_device(device: str, ctx: DistContext) -> str:
