@@ -69,6 +69,7 @@ from typing import Any
 from aow_policy.fileio import atomic_write_text
 from sim2sim import course_eval
 from sim2sim.course import COURSE_SEED, CourseConfig, block_config
+from sim2sim.policy_args import parse_named_paths
 from training.sim.model import LEG_ACTUATOR_MODELS
 
 STAND_UP_S = 2.0
@@ -335,7 +336,11 @@ def build_parser() -> argparse.ArgumentParser:
         formatter_class=argparse.RawDescriptionHelpFormatter,
     )
     p.add_argument(
-        "--policy", action="append", required=True, metavar="NAME=ONNX", help="a policy to score (repeatable)"
+        "--policy",
+        action="append",
+        required=True,
+        metavar="[NAME=]ONNX",
+        help="a policy to score (repeatable; NAME defaults to the file's stem)",
     )
     p.add_argument("--baseline", help="NAME of the policy the others' violations are compared with")
     p.add_argument("--out", type=Path, required=True, help="directory for evaluation.md and evaluation.json")
@@ -396,16 +401,11 @@ def main(argv: list[str] | None = None) -> int:
         message = f"--full-range-repeats must be >= 0, got {args.full_range_repeats}"
         print(f"sim2sim.evaluate: error: {message}", file=sys.stderr)
         return 2
-    policies: dict[str, Path] = {}
-    for item in args.policy:
-        name, sep, path = item.partition("=")
-        if not sep or not name or not path:
-            print(f"sim2sim.evaluate: error: --policy {item!r}: expected NAME=PATH", file=sys.stderr)
-            return 2
-        if not Path(path).is_file():
-            print(f"sim2sim.evaluate: error: --policy {name}: no file {path}", file=sys.stderr)
-            return 2
-        policies[name] = Path(path)
+    try:
+        policies = parse_named_paths(args.policy)
+    except ValueError as e:
+        print(f"sim2sim.evaluate: error: --policy {e}", file=sys.stderr)
+        return 2
     if args.baseline is not None and args.baseline not in policies:
         print(f"sim2sim.evaluate: error: --baseline {args.baseline!r} is not one of {list(policies)}", file=sys.stderr)
         return 2

@@ -37,6 +37,7 @@ from export.checkpoint_source import ExportError
 from sim2sim import course_eval, evaluate
 from sim2sim.course import COURSE_SEED, CourseConfig
 from sim2sim.evaluate import identity_line, policy_identity
+from sim2sim.policy_args import parse_named_paths
 from training.checkpoint import CheckpointError
 
 # Issue 23's bar spans 0.5 - 1.0 m/s; these are the speeds its evaluations drive.
@@ -199,23 +200,6 @@ def report(
     return md, payload
 
 
-def parse_policies(items: list[str]) -> dict[str, Path]:
-    """``[NAME=]PATH`` items to names and paths (the name defaults to the file's or directory's name)."""
-    policies: dict[str, Path] = {}
-    for item in items:
-        name, sep, path = item.partition("=")
-        if not sep:
-            name, path = Path(item).stem or Path(item).resolve().name, item
-        if not name or not path:
-            raise ValueError(f"{item!r}: expected PATH or NAME=PATH")
-        if not Path(path).exists():
-            raise ValueError(f"{name}: no file or directory {path}")
-        if name in policies:
-            raise ValueError(f"the name {name!r} is given twice: name them, NAME=PATH")
-        policies[name] = Path(path)
-    return policies
-
-
 def checkpoints_to_screen(policies: dict[str, Path], last: int) -> dict[str, Path]:
     """The ONNX files as they are; a checkpoint (``model_<it>.pt``) as "<name>_<it>" (its run
     directory's name where no NAME was given); a run directory as its ``last`` latest checkpoints."""
@@ -308,7 +292,7 @@ def main(argv: list[str] | None = None) -> int:
     try:
         if args.last < 1:
             raise ValueError(f"--last must be at least 1, got {args.last}")
-        policies = checkpoints_to_screen(parse_policies(args.policy), args.last)
+        policies = checkpoints_to_screen(parse_named_paths(args.policy, directories=True), args.last)
         for speed in args.speed:
             course_eval.check_speed(speed)
         if len(set(args.speed)) != len(args.speed) or len(set(args.seed)) != len(args.seed):

@@ -175,7 +175,13 @@ def test_evaluation_on_dc_motor_legs_is_recorded_as_such(tmp_path, monkeypatch) 
 def test_bad_arguments_are_refused(tmp_path, capsys) -> None:
     assert evaluate.main(["--policy", "a=x", "--out", str(tmp_path), "--full-range-repeats", "-1"]) == 2
     assert "--full-range-repeats" in capsys.readouterr().err
-    assert evaluate.main(["--policy", "nonsense", "--out", str(tmp_path)]) == 2
+    assert evaluate.main(["--policy", "=nonsense", "--out", str(tmp_path)]) == 2
     assert "NAME=PATH" in capsys.readouterr().err
+    assert evaluate.main(["--policy", "nonsense", "--out", str(tmp_path)]) == 2
+    assert "no file nonsense" in capsys.readouterr().err
+    twice = tmp_path / "p.onnx"
+    twice.write_bytes(b"")
+    assert evaluate.main(["--policy", f"a={twice}", "--policy", f"a={twice}", "--out", str(tmp_path)]) == 2
+    assert "the name 'a' is given twice" in capsys.readouterr().err
     assert evaluate.main(["--policy", f"a={tmp_path / 'missing.onnx'}", "--out", str(tmp_path)]) == 2
     assert "no file" in capsys.readouterr().err

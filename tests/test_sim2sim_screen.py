@@ -15,6 +15,7 @@ from test_sim2sim_course import MILD_COURSE, relief_roller_policy
 
 from sim2sim import screen
 from sim2sim.course import generate_course
+from sim2sim.policy_args import parse_named_paths
 
 
 def test_screen_tables_each_policy_per_speed_and_seed_from_worker_processes(tmp_path, monkeypatch, capsys):
@@ -107,7 +108,7 @@ def test_run_directories_and_checkpoints_are_named_by_iteration(tmp_path):
     for it in (5, 10, 7):
         (run / f"model_{it}.pt").write_bytes(b"")
     (run / "model_best.pt").write_bytes(b"")  # not an iteration: ignored
-    policies = screen.parse_policies([str(run), f"x={run / 'model_5.pt'}", str(run / "model_7.pt")])
+    policies = parse_named_paths([str(run), f"x={run / 'model_5.pt'}", str(run / "model_7.pt")], directories=True)
     named = screen.checkpoints_to_screen({"rough_line": policies["rough_line"]}, last=2)
     assert named == {"rough_line_7": run / "model_7.pt", "rough_line_10": run / "model_10.pt"}
     assert screen.checkpoints_to_screen({"x": policies["x"]}, last=1) == {"x_5": run / "model_5.pt"}
@@ -117,7 +118,27 @@ def test_run_directories_and_checkpoints_are_named_by_iteration(tmp_path):
         screen.checkpoints_to_screen(policies, last=2)  # the directory's 7 and the checkpoint's 7
     (tmp_path / "empty").mkdir()
     with pytest.raises(ValueError, match="no checkpoints"):
-        screen.checkpoints_to_screen(screen.parse_policies([str(tmp_path / "empty")]), last=1)
+        screen.checkpoints_to_screen(parse_named_paths([str(tmp_path / "empty")], directories=True), last=1)
+
+
+def test_policy_items_are_named_once_and_must_exist(tmp_path):
+    """evaluate and screen read ``[NAME=]PATH`` alike: the stem names an unnamed file, a name
+    given twice is refused (it would have merged two policies into one row), and a directory is
+    a policy only where the tool takes run directories."""
+    a, b = tmp_path / "a.onnx", tmp_path / "sub" / "a.onnx"
+    b.parent.mkdir()
+    a.write_bytes(b"")
+    b.write_bytes(b"")
+    assert parse_named_paths([str(a), f"other={b}"]) == {"a": a, "other": b}
+    with pytest.raises(ValueError, match="the name 'a' is given twice"):
+        parse_named_paths([str(a), str(b)])
+    with pytest.raises(ValueError, match="expected PATH or NAME=PATH"):
+        parse_named_paths([f"={a}"])
+    with pytest.raises(ValueError, match=r"no file .*missing\.onnx"):
+        parse_named_paths([f"x={tmp_path / 'missing.onnx'}"])
+    with pytest.raises(ValueError, match="no file"):
+        parse_named_paths([f"x={tmp_path / 'sub'}"])  # evaluate takes files only
+    assert parse_named_paths([f"x={tmp_path / 'sub'}"], directories=True) == {"x": tmp_path / "sub"}
 
 
 def test_a_run_directory_is_exported_verified_and_screened(tmp_path, monkeypatch):
