@@ -369,7 +369,7 @@ class Runner(RunnerCheckpoints):
         if main and self.run_dir is not None:
             self.run_dir.mkdir(parents=True, exist_ok=True)
             save_config_yaml(self.cfg, self.run_dir / "config.yaml")
-            self._log_segment(target)
+            self._log_segment(target, time_budget_s)
             if self.use_tensorboard and self.writer is None:
                 from torch.utils.tensorboard import SummaryWriter  # slow import
 
@@ -435,8 +435,9 @@ class Runner(RunnerCheckpoints):
                 self.writer.flush()
         return self.history
 
-    def _log_segment(self, target: int) -> None:
-        """One line per start or resume in ``segments.jsonl``: where each stretch of the run ran."""
+    def _log_segment(self, target: int, time_budget_s: float | None) -> None:
+        """One line per start or resume in ``segments.jsonl``: where each stretch of the run ran,
+        and its time budget (``aow-status`` tells from it when a running stretch ends)."""
         import platform
 
         record = {
@@ -448,6 +449,7 @@ class Runner(RunnerCheckpoints):
             "world_size": self.dist.world_size,
             "host": platform.node(),
             "started": time.strftime("%Y-%m-%dT%H:%M:%S%z"),
+            "time_budget_s": time_budget_s,
             "resumed_from": self.resumed_from,
             "notes": self.resume_notes,
         }
