@@ -8,7 +8,7 @@ from pathlib import Path
 import pytest
 import torch
 
-from training.compare import main, markdown_table, run_dir_for, summarize
+from training.compare import main, markdown_so_far, markdown_table, run_dir_for, summarize, summarize_so_far
 
 
 @pytest.fixture(autouse=True)
@@ -46,6 +46,20 @@ def test_table_is_mean_and_std_over_seeds_of_the_final_window(tmp_path):
     assert "| N-P3O | 24.00 (± 1.41) | 0.25 (± 0.35) |" in table
     assert "| PPO (unconstrained) |" in table
     assert "over 2 seed(s)" in table
+
+
+def test_a_comparison_under_way_tables_its_finished_runs_and_lists_the_rest(tmp_path):
+    _fake_run(tmp_path, "ppo", 0, [0.0] * 9 + [24.0], [9.0] * 9 + [500.0])
+    (run_dir_for(tmp_path, "ppo", 0) / "model_10.pt").write_bytes(b"")  # reached its 10 iterations
+    _fake_run(tmp_path, "ppo", 1, [0.0] * 4 + [26.0], [9.0] * 4 + [560.0])  # 5 of 10 so far
+    s = summarize_so_far(tmp_path, ["ppo", "np3o"], [0, 1], iterations=10)
+    assert s["algorithms"]["ppo"]["seeds_finished"] == [0]
+    assert s["algorithms"]["ppo"]["reward"] == [24.0, 0.0]  # over the finished seed only
+    assert s["algorithms"]["np3o"]["seeds_finished"] == [] and s["runs"]["ppo_s1"]["finished"] is False
+    table = markdown_so_far(s, ["ppo", "np3o"])
+    assert "| PPO (unconstrained) | 0 (of 2) | 24.00 | 500.00 |" in table  # one seed: no spread shown
+    assert "| N-P3O | none (of 2) | n/a |" in table
+    assert "| ppo_s1 | 5 | 26.00 | 560.00 |" in table and "| ppo_s0 |" not in table
 
 
 def test_compare_end_to_end_and_reuse(tmp_path, capsys):
@@ -110,9 +124,18 @@ def test_compare_max_minutes_stops_and_the_same_command_continues(tmp_path, caps
     assert "ppo_s0: 1 of 3 iterations" in text and "np3o_s1: 0 of 3 iterations" in text
     assert (out / "runs" / "ppo_s0" / "model_1.pt").is_file() and not (out / "runs" / "np3o_s0").exists()
     assert not (out / "table.md").exists()
+    # What there is so far: no finished run yet, ppo_s0 where it stopped.
+    so_far = (out / "table_so_far.md").read_text()
+    assert "| PPO (unconstrained) | none (of 2) | n/a" in so_far
+    assert "| ppo_s0 | 1 |" in so_far and "np3o_s0" not in so_far  # a run never begun is not listed
+    assert json.loads((out / "results_so_far.json").read_text())["runs"]["ppo_s0"]["finished"] is False
+    (out / "table_so_far.md").unlink()
+    assert main([*argv, "--so-far"]) == 0  # the same table on demand, nothing trained
+    assert (out / "table_so_far.md").read_text() == so_far and not (out / "runs" / "np3o_s0").exists()
     assert main([*argv, "--max-minutes", "0"]) == 2  # a bound must be positive
     assert main(argv) == 0  # the same command, unbounded: continues
     assert (out / "table.md").is_file()
+    assert not (out / "table_so_far.md").exists() and not (out / "results_so_far.json").exists()
     segments = (out / "runs" / "ppo_s0" / "segments.jsonl").read_text().splitlines()
     assert len(segments) == 2  # started, then resumed
     for run in ("ppo_s0", "ppo_s1", "np3o_s0", "np3o_s1"):

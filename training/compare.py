@@ -139,6 +139,68 @@ def summarize(out: Path, algos: list[str], seeds: list[int], window: int | None 
     return {"runs": runs, "algorithms": table, "seeds": seeds}
 
 
+def summarize_so_far(
+    out: Path, algos: list[str], seeds: list[int], iterations: int, window: int | None = None
+) -> dict[str, Any]:
+    """:func:`summarize` for a comparison under way: the table over the finished runs only (each
+    algorithm with the seeds it has finished), and every run begun with where it stands."""
+    runs: dict[str, dict[str, Any]] = {}
+    table: dict[str, dict[str, Any]] = {}
+    for algo in algos:
+        finals: dict[str, list[float]] = {name: [] for name in METRICS}
+        done = []
+        for seed in seeds:
+            run_dir = run_dir_for(out, algo, seed)
+            if not (run_dir / "metrics.jsonl").is_file():
+                continue
+            records = read_metrics(run_dir)
+            w = window or max(1, len(records) // 10)
+            entry: dict[str, Any] = {name: final_value(records, key, w) for name, key in METRICS.items()}
+            entry["iterations"] = len(records)
+            entry["finished"] = (run_dir / f"model_{iterations}.pt").is_file()
+            runs[f"{algo}_s{seed}"] = entry
+            if entry["finished"]:
+                done.append(seed)
+                for name in METRICS:
+                    finals[name].append(entry[name])
+        table[algo] = {name: list(_mean_std(values)) for name, values in finals.items()}
+        table[algo]["seeds_finished"] = done
+    return {"runs": runs, "algorithms": table, "seeds": seeds, "iterations": iterations}
+
+
+def markdown_so_far(summary: dict[str, Any], algos: list[str]) -> str:
+    """The finished runs' table (with the seeds each mean is over), then the runs in progress at
+    the iteration they reached: final values of a run still learning are a snapshot, not a result."""
+    columns = list(METRICS)
+    n = len(summary["seeds"])
+    lines = [
+        "| Algorithm | seeds finished | " + " | ".join(LABELS[m][0] for m in columns) + " |",
+        "|---" * (len(columns) + 2) + "|",
+    ]
+    for algo in algos:
+        row = summary["algorithms"][algo]
+        seeds = ", ".join(str(s) for s in row["seeds_finished"]) or "none"
+        # One finished seed has no spread to show: its value alone, not "± 0.00".
+        one = len(row["seeds_finished"]) == 1
+        cells = " | ".join(f"{row[m][0]:.2f}" if one and math.isfinite(row[m][0]) else _cell(*row[m]) for m in columns)
+        lines.append(f"| {DISPLAY_NAMES.get(algo, algo)} | {seeds} (of {n}) | {cells} |")
+    lines += [
+        "",
+        "Mean (± standard deviation) over each algorithm's finished seeds of the final iterations"
+        " (one seed: its value).",
+        "",
+        f"Runs in progress (of {summary['iterations']} iterations), the last 10 % of what each has run:",
+        "",
+        "| run | iterations | " + " | ".join(LABELS[m][0] for m in columns) + " |",
+        "|---" * (len(columns) + 2) + "|",
+    ]
+    for name, entry in summary["runs"].items():
+        if not entry["finished"]:
+            cells = " | ".join("n/a" if not math.isfinite(entry[m]) else f"{entry[m]:.2f}" for m in columns)
+            lines.append(f"| {name} | {entry['iterations']} | {cells} |")
+    return "\n".join(lines) + "\n"
+
+
 def _cell(mean: float, std: float) -> str:
     return "n/a" if not math.isfinite(mean) else f"{mean:.2f} (± {std:.2f})"
 
@@ -239,7 +301,13 @@ def build_parser() -> argparse.ArgumentParser:
         "--max-minutes",
         type=float,
         help="stop after this many minutes: runs under way end with a checkpoint, runs not reached are not "
-        "started, and the same command continues them (the table is written once every run is done)",
+        "started, and the same command continues them (table.md is written once every run is done; until "
+        "then table_so_far.md: the finished runs' table and where the others stand)",
+    )
+    p.add_argument(
+        "--so-far",
+        action="store_true",
+        help="train nothing: write table_so_far.md and results_so_far.json from the runs as they are, and print it",
     )
     return p
 
@@ -285,6 +353,15 @@ def run_configs(args: argparse.Namespace, algos: list[str], seeds: list[int]) ->
     return configs
 
 
+def _write_so_far(args: argparse.Namespace, algos: list[str], seeds: list[int]) -> str:
+    so_far = summarize_so_far(args.out, algos, seeds, args.iterations, args.final_window)
+    table = markdown_so_far(so_far, algos)
+    args.out.mkdir(parents=True, exist_ok=True)
+    atomic_write_bytes(args.out / "table_so_far.md", table.encode())
+    atomic_write_bytes(args.out / "results_so_far.json", (json.dumps(so_far, indent=2) + "\n").encode())
+    return table
+
+
 def main(argv: list[str] | None = None) -> int:
     args = build_parser().parse_args(argv)
     algos = [a.strip() for a in args.algos.split(",") if a.strip()]
@@ -305,6 +382,9 @@ def main(argv: list[str] | None = None) -> int:
     except ConfigError as e:
         print(f"aow-compare: error: {e}", file=sys.stderr)
         return 2
+    if args.so_far:
+        print(_write_so_far(args, algos, seeds), end="")
+        return 0
     args.out.mkdir(parents=True, exist_ok=True)
     from tqdm import tqdm
 
@@ -340,12 +420,16 @@ def main(argv: list[str] | None = None) -> int:
             metrics = Path(run_dir) / "metrics.jsonl"
             reached = len(read_metrics(Path(run_dir))) if metrics.is_file() else 0
             print(f"  {Path(run_dir).name}: {reached} of {args.iterations} iterations")
-        print("aow-compare: the same command continues them; the table is written once all are done")
+        _write_so_far(args, algos, seeds)
+        print(f"aow-compare: wrote {args.out / 'table_so_far.md'} (the finished runs; the others where they stand)")
+        print("aow-compare: the same command continues them; table.md is written once all are done")
         return 0
     summary = summarize(args.out, algos, seeds, args.final_window)
     table = markdown_table(summary, algos)
     atomic_write_bytes(args.out / "table.md", table.encode())
     atomic_write_bytes(args.out / "results.json", (json.dumps(summary, indent=2) + "\n").encode())
+    for stale in ("table_so_far.md", "results_so_far.json"):  # the snapshot of an earlier stretch
+        (args.out / stale).unlink(missing_ok=True)
     print(table)
     pngs = ", ".join(path.name for path in plot_curves(args.out, algos, seeds))
     print(f"aow-compare: wrote {args.out / 'table.md'}, {pngs}, results.json")
