@@ -384,8 +384,13 @@ def build_parser() -> argparse.ArgumentParser:
     g.add_argument(
         "--seed",
         type=int,
-        default=COURSE_SEED,
-        help="seed of the course's block field (default %(default)s, which no training uses by default)",
+        nargs="+",
+        default=[COURSE_SEED],
+        metavar="SEED",
+        help=f"seed(s) of the course's block field (default {COURSE_SEED}, which no training uses by default); "
+        "several drive the course on each field (the slopes and stairs are the same) and add a table over the "
+        "fields: per speed, how many passed the bar, how many map runs crossed at speed without a fall, and how "
+        "many blanked runs crossed without one",
     )
     g.add_argument(
         "--time-limit",
@@ -430,6 +435,14 @@ def main(argv: list[str] | None = None) -> int:
     speeds = args.speed or [course_eval.DEFAULT_SPEED]
     if len(set(speeds)) != len(speeds):
         print(f"sim2sim.evaluate: error: --speed: a speed given twice in {speeds}", file=sys.stderr)
+        return 2
+    seeds = args.seed
+    if len(set(seeds)) != len(seeds):
+        print(f"sim2sim.evaluate: error: --seed: a seed given twice in {seeds}", file=sys.stderr)
+        return 2
+    if len(seeds) > 1 and not course:
+        message = "several --seed values drive the course on several block fields (--course); the block has none"
+        print(f"sim2sim.evaluate: error: {message}", file=sys.stderr)
         return 2
     if course:
         try:
@@ -477,9 +490,12 @@ def main(argv: list[str] | None = None) -> int:
             "bar": checks,
         }
     # Each strip driven: its part of the markdown under a heading naming it, its JSON key. One
-    # speed keeps the key "course"; several give one "course_<speed>" each and a table of the bar.
+    # speed keeps the key "course"; several give one "course_<speed>" each and a table of the bar;
+    # several block fields add "_seed<seed>" to each key and a table over the fields.
     several = course and len(speeds) > 1
-    strips = [(course_key(s, several), COURSE, s, args.seed) for s in speeds] if course else []
+    fields = len(seeds) > 1
+    strips = [(course_key(sp, several, sd if fields else None), COURSE, sp, sd) for sd in seeds for sp in speeds]
+    strips = strips if course else []
     if block:
         strips.append(("block", BLOCK, BLOCK_SPEED, COURSE_SEED))  # the block has no random part
     for key, config, speed, seed in strips:
@@ -493,12 +509,22 @@ def main(argv: list[str] | None = None) -> int:
             leg_actuators=legs,
         )
         title = course_eval.strip_title(config) + (f" at {speed:g} m/s" if several and key != "block" else "")
+        title += f", block field seed {seed}" if fields and key != "block" else ""
         heading = f"## {title}\n\n{part}"
         table = f"{table}\n{heading}" if table else heading
     if several:
-        payload["course_bar_by_speed"] = bar_by_speed({s: payload[course_key(s, True)] for s in speeds})
-        heading = f"## The course bar over speeds\n\n{bar_by_speed_markdown(payload['course_bar_by_speed'], speeds)}"
-        table = f"{table}\n{heading}"
+        for sd in seeds:
+            suffix = f"_seed{sd}" if fields else ""
+            by_speed = bar_by_speed({sp: payload[course_key(sp, True, sd if fields else None)] for sp in speeds})
+            payload[f"course_bar_by_speed{suffix}"] = by_speed
+            where = f" (block field seed {sd})" if fields else ""
+            heading = f"## The course bar over speeds{where}\n\n{bar_by_speed_markdown(by_speed, speeds)}"
+            table = f"{table}\n{heading}"
+    if fields and course:
+        drives = {(sd, sp): payload[course_key(sp, several, sd)] for sd in seeds for sp in speeds}
+        payload["course_over_fields"] = over_fields(drives)
+        heading = f"## Over the block fields (seeds {', '.join(str(sd) for sd in seeds)})\n\n"
+        table = f"{table}\n{heading}{over_fields_markdown(payload['course_over_fields'], speeds)}"
     payload["leg_actuators"] = legs
     payload["identities"] = identities
     if set(legs.values()) != {"pd"}:
@@ -515,9 +541,47 @@ def main(argv: list[str] | None = None) -> int:
     return 0
 
 
-def course_key(speed: float, several: bool) -> str:
-    """The JSON key of one course drive: "course", or "course_<speed>" where several speeds ran."""
-    return f"course_{speed:g}" if several else "course"
+def course_key(speed: float, several: bool, seed: int | None = None) -> str:
+    """The JSON key of one course drive: "course", or "course_<speed>" where several speeds ran,
+    then "_seed<seed>" where several block fields were driven."""
+    key = f"course_{speed:g}" if several else "course"
+    return key if seed is None else f"{key}_seed{seed}"
+
+
+def over_fields(drives: dict[tuple[int, float], dict[str, Any]]) -> dict[str, dict[str, Any]]:
+    """Per policy and commanded speed, over the block fields ((seed, speed) -> a strip's results):
+    how many drives passed the course bar, how many map runs met its map part (crossed at speed
+    without a fall), and how many blanked runs crossed without a fall; then the same over all
+    speeds. One drive per field is the repetition the deterministic simulation allows."""
+    names = next(iter(drives.values()))["bar"].keys()
+    result: dict[str, dict[str, Any]] = {}
+    for name in names:
+        per_speed: dict[str, dict[str, int]] = {}
+        for (_, speed), strip in drives.items():
+            bar, blank = strip["bar"][name], strip["policies"][name]["blank"]
+            row = per_speed.setdefault(f"{speed:g}", {"drives": 0, "bar": 0, "map_run": 0, "blank_clean": 0})
+            row["drives"] += 1
+            row["bar"] += int(bar["passes"])
+            row["map_run"] += int(all(bar[k] for k in course_eval.MAP_RUN_CHECKS))
+            row["blank_clean"] += int(bool(blank["crossed"]) and not blank["falls"])
+        total = {k: sum(r[k] for r in per_speed.values()) for k in ("drives", "bar", "map_run", "blank_clean")}
+        result[name] = {"per_speed": per_speed, "all": total}
+    return result
+
+
+def over_fields_markdown(by_policy: dict[str, dict[str, Any]], speeds: list[float]) -> str:
+    lines = [
+        "| policy | speed | the course bar | with the map: crossed at speed, no fall | blanked: crossed, no fall |",
+        "| --- | --- | --- | --- | --- |",
+    ]
+    for name, r in by_policy.items():
+        for key, row in [*((f"{s:g}", r["per_speed"][f"{s:g}"]) for s in speeds), ("all", r["all"])]:
+            n = row["drives"]
+            speed = "all speeds" if key == "all" else f"{key} m/s"
+            lines.append(
+                f"| {name} | {speed} | {row['bar']} of {n} | {row['map_run']} of {n} | {row['blank_clean']} of {n} |"
+            )
+    return "\n".join(lines) + "\n"
 
 
 # What each failed part of the course bar reads as in the per-speed table.

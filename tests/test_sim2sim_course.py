@@ -486,3 +486,46 @@ def test_evaluate_course_speeds_are_checked_each_and_once(tmp_path, capsys):
     argv = ["--course", "--speed", "0.5", "0.5", "--policy", f"a={policy}", "--out", str(tmp_path)]
     assert evaluate.main(argv) == 2
     assert "twice" in capsys.readouterr().err
+
+
+def test_evaluate_course_on_several_block_fields_tables_the_drives_over_them(tmp_path, monkeypatch):
+    """--seed 7 8 with --speed 0.5 1.0: each speed on each field ("course_0.5_seed7", ...), the bar
+    per speed per field, and a table over the fields. As in the test above, the roller crosses at
+    1.0 m/s and times out at 0.5 m/s, with the map and blanked, on both fields."""
+    monkeypatch.setattr(evaluate, "COURSE", MILD_COURSE)
+    monkeypatch.setattr(evaluate, "STAND_UP_S", 0.5)
+    relief = relief_roller_policy(tmp_path / "relief.onnx", relief_boost=4.0)
+    length = generate_course(MILD_COURSE).length
+    out = tmp_path / "eval"
+    argv = ["--course-only", "--policy", f"relief={relief}", "--speed", "0.5", "1.0", "--seed", "7", "8",
+            "--time-limit", f"{1.1 * length:.2f}", "--out", str(out), "--no-progress"]  # fmt: skip
+    assert evaluate.main(argv) == 0
+    data = json.loads((out / "evaluation.json").read_text())
+    assert {k for k in data if k.startswith("course_")} == {
+        "course_0.5_seed7", "course_1_seed7", "course_0.5_seed8", "course_1_seed8",
+        "course_bar_by_speed_seed7", "course_bar_by_speed_seed8", "course_over_fields",
+    }  # fmt: skip
+    assert data["course_1_seed8"]["description"]["seed"] == 8
+    assert data["course_over_fields"]["relief"] == {
+        "per_speed": {
+            "0.5": {"drives": 2, "bar": 0, "map_run": 0, "blank_clean": 0},
+            "1": {"drives": 2, "bar": 2, "map_run": 2, "blank_clean": 2},
+        },
+        "all": {"drives": 4, "bar": 2, "map_run": 2, "blank_clean": 2},
+    }
+    md = (out / "evaluation.md").read_text()
+    assert "## Terrain course at 1 m/s, block field seed 8" in md
+    assert "## The course bar over speeds (block field seed 7)" in md
+    assert "## Over the block fields (seeds 7, 8)" in md
+    assert "| relief | 1 m/s | 2 of 2 | 2 of 2 | 2 of 2 |" in md
+    assert "| relief | all speeds | 2 of 4 | 2 of 4 | 2 of 4 |" in md
+
+
+def test_several_seeds_need_the_course_and_differ(tmp_path, capsys):
+    policy = str(FLAT_NP3O)
+    argv = ["--block-only", "--seed", "7", "8", "--policy", f"a={policy}", "--out", str(tmp_path)]
+    assert evaluate.main(argv) == 2
+    assert "several --seed values" in capsys.readouterr().err
+    argv = ["--course", "--seed", "7", "7", "--policy", f"a={policy}", "--out", str(tmp_path)]
+    assert evaluate.main(argv) == 2
+    assert "--seed: a seed given twice" in capsys.readouterr().err
