@@ -60,6 +60,9 @@ def test_a_comparison_under_way_tables_its_finished_runs_and_lists_the_rest(tmp_
     assert "| PPO (unconstrained) | 0 (of 2) | 24.00 | 500.00 |" in table  # one seed: no spread shown
     assert "| N-P3O | none (of 2) | n/a |" in table
     assert "| ppo_s1 | 5 | 26.00 | 560.00 |" in table and "| ppo_s0 |" not in table
+    (run_dir_for(tmp_path, "ppo", 1) / "model_10.pt").write_bytes(b"")  # now both are done
+    done = markdown_so_far(summarize_so_far(tmp_path, ["ppo"], [0, 1], iterations=10), ["ppo"])
+    assert "No run in progress" in done and "Runs in progress" not in done
 
 
 def test_compare_end_to_end_and_reuse(tmp_path, capsys):

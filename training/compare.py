@@ -189,15 +189,20 @@ def markdown_so_far(summary: dict[str, Any], algos: list[str]) -> str:
         "Mean (± standard deviation) over each algorithm's finished seeds of the final iterations"
         " (one seed: its value).",
         "",
+    ]
+    in_progress = {name: entry for name, entry in summary["runs"].items() if not entry["finished"]}
+    if not in_progress:
+        lines.append("No run in progress: the runs not in the table have not begun.")
+        return "\n".join(lines) + "\n"
+    lines += [
         f"Runs in progress (of {summary['iterations']} iterations), the last 10 % of what each has run:",
         "",
         "| run | iterations | " + " | ".join(LABELS[m][0] for m in columns) + " |",
         "|---" * (len(columns) + 2) + "|",
     ]
-    for name, entry in summary["runs"].items():
-        if not entry["finished"]:
-            cells = " | ".join("n/a" if not math.isfinite(entry[m]) else f"{entry[m]:.2f}" for m in columns)
-            lines.append(f"| {name} | {entry['iterations']} | {cells} |")
+    for name, entry in in_progress.items():
+        cells = " | ".join("n/a" if not math.isfinite(entry[m]) else f"{entry[m]:.2f}" for m in columns)
+        lines.append(f"| {name} | {entry['iterations']} | {cells} |")
     return "\n".join(lines) + "\n"
 
 
