@@ -494,8 +494,8 @@ def main(argv: list[str] | None = None) -> int:
     # several block fields add "_seed<seed>" to each key and a table over the fields.
     several = course and len(speeds) > 1
     fields = len(seeds) > 1
-    strips = [(course_key(sp, several, sd if fields else None), COURSE, sp, sd) for sd in seeds for sp in speeds]
-    strips = strips if course else []
+    driven = seeds if course else []
+    strips = [(course_key(sp, several, sd if fields else None), COURSE, sp, sd) for sd in driven for sp in speeds]
     if block:
         strips.append(("block", BLOCK, BLOCK_SPEED, COURSE_SEED))  # the block has no random part
     for key, config, speed, seed in strips:

@@ -447,19 +447,26 @@ def test_evaluate_course_passes_a_policy_that_crosses_and_uses_its_map(tmp_path,
     assert "| blind | True | True | True | False | False |" in md
 
 
-def test_evaluate_course_at_several_speeds_tables_the_bar_per_speed(tmp_path, monkeypatch):
-    """--speed 0.5 1.0 drives the mild course once per speed ("course_0.5", "course_1") and tables the
-    bar per speed. The time limit (1.1 x the strip's length at 1.0 m/s) lets the roller cross at
-    1.0 m/s and stops it at 0.5 m/s, so the bar passes at one speed and fails at the other."""
+def _relief_at_half_and_full_speed(tmp_path, monkeypatch, *extra: str) -> tuple[Path, dict]:
+    """sim2sim.evaluate --course-only of the relief roller over the mild course at 0.5 and 1.0 m/s,
+    with a time limit (1.1 x the strip's length at 1.0 m/s) that lets it cross at 1.0 m/s and stops
+    it at 0.5 m/s; ``extra`` arguments added. Returns the output directory and evaluation.json."""
     monkeypatch.setattr(evaluate, "COURSE", MILD_COURSE)
     monkeypatch.setattr(evaluate, "STAND_UP_S", 0.5)
     relief = relief_roller_policy(tmp_path / "relief.onnx", relief_boost=4.0)
     length = generate_course(MILD_COURSE).length
     out = tmp_path / "eval"
-    argv = ["--course-only", "--policy", f"relief={relief}", "--speed", "0.5", "1.0",
+    argv = ["--course-only", "--policy", f"relief={relief}", "--speed", "0.5", "1.0", *extra,
             "--time-limit", f"{1.1 * length:.2f}", "--out", str(out), "--no-progress"]  # fmt: skip
     assert evaluate.main(argv) == 0
-    data = json.loads((out / "evaluation.json").read_text())
+    return out, json.loads((out / "evaluation.json").read_text())
+
+
+def test_evaluate_course_at_several_speeds_tables_the_bar_per_speed(tmp_path, monkeypatch):
+    """--speed 0.5 1.0 drives the mild course once per speed ("course_0.5", "course_1") and tables the
+    bar per speed. The time limit (1.1 x the strip's length at 1.0 m/s) lets the roller cross at
+    1.0 m/s and stops it at 0.5 m/s, so the bar passes at one speed and fails at the other."""
+    out, data = _relief_at_half_and_full_speed(tmp_path, monkeypatch)
     assert "course" not in data and data["course_0.5"]["speed"] == 0.5 and data["course_1"]["speed"] == 1.0
     assert data["course_1"]["policies"]["relief"]["map"]["crossed"]
     assert data["course_0.5"]["policies"]["relief"]["map"]["end"] == "time limit"
@@ -478,29 +485,25 @@ def test_evaluate_course_at_several_speeds_tables_the_bar_per_speed(tmp_path, mo
     assert "| relief | fails: not crossed, slow | passes | False | 1 of 2 |" in md
 
 
-def test_evaluate_course_speeds_are_checked_each_and_once(tmp_path, capsys):
-    policy = str(FLAT_NP3O)
-    argv = ["--course", "--speed", "0.5", "1.2", "--policy", f"a={policy}", "--out", str(tmp_path)]
-    assert evaluate.main(argv) == 2
-    assert "1.2" in capsys.readouterr().err
-    argv = ["--course", "--speed", "0.5", "0.5", "--policy", f"a={policy}", "--out", str(tmp_path)]
-    assert evaluate.main(argv) == 2
-    assert "twice" in capsys.readouterr().err
+@pytest.mark.parametrize(
+    ("args", "message"),
+    [
+        (["--course", "--speed", "0.5", "1.2"], "1.2"),  # each speed checked
+        (["--course", "--speed", "0.5", "0.5"], "twice"),  # and given once
+        (["--block-only", "--seed", "7", "8"], "several --seed values"),  # several fields need the course
+        (["--course", "--seed", "7", "7"], "--seed: a seed given twice"),
+    ],
+)
+def test_evaluate_course_speeds_and_seeds_are_checked(tmp_path, capsys, args, message):
+    assert evaluate.main([*args, "--policy", f"a={FLAT_NP3O}", "--out", str(tmp_path)]) == 2
+    assert message in capsys.readouterr().err
 
 
 def test_evaluate_course_on_several_block_fields_tables_the_drives_over_them(tmp_path, monkeypatch):
     """--seed 7 8 with --speed 0.5 1.0: each speed on each field ("course_0.5_seed7", ...), the bar
     per speed per field, and a table over the fields. As in the test above, the roller crosses at
     1.0 m/s and times out at 0.5 m/s, with the map and blanked, on both fields."""
-    monkeypatch.setattr(evaluate, "COURSE", MILD_COURSE)
-    monkeypatch.setattr(evaluate, "STAND_UP_S", 0.5)
-    relief = relief_roller_policy(tmp_path / "relief.onnx", relief_boost=4.0)
-    length = generate_course(MILD_COURSE).length
-    out = tmp_path / "eval"
-    argv = ["--course-only", "--policy", f"relief={relief}", "--speed", "0.5", "1.0", "--seed", "7", "8",
-            "--time-limit", f"{1.1 * length:.2f}", "--out", str(out), "--no-progress"]  # fmt: skip
-    assert evaluate.main(argv) == 0
-    data = json.loads((out / "evaluation.json").read_text())
+    out, data = _relief_at_half_and_full_speed(tmp_path, monkeypatch, "--seed", "7", "8")
     assert {k for k in data if k.startswith("course_")} == {
         "course_0.5_seed7", "course_1_seed7", "course_0.5_seed8", "course_1_seed8",
         "course_bar_by_speed_seed7", "course_bar_by_speed_seed8", "course_over_fields",
@@ -519,13 +522,3 @@ def test_evaluate_course_on_several_block_fields_tables_the_drives_over_them(tmp
     assert "## Over the block fields (seeds 7, 8)" in md
     assert "| relief | 1 m/s | 2 of 2 | 2 of 2 | 2 of 2 |" in md
     assert "| relief | all speeds | 2 of 4 | 2 of 4 | 2 of 4 |" in md
-
-
-def test_several_seeds_need_the_course_and_differ(tmp_path, capsys):
-    policy = str(FLAT_NP3O)
-    argv = ["--block-only", "--seed", "7", "8", "--policy", f"a={policy}", "--out", str(tmp_path)]
-    assert evaluate.main(argv) == 2
-    assert "several --seed values" in capsys.readouterr().err
-    argv = ["--course", "--seed", "7", "7", "--policy", f"a={policy}", "--out", str(tmp_path)]
-    assert evaluate.main(argv) == 2
-    assert "--seed: a seed given twice" in capsys.readouterr().err

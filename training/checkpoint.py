@@ -29,8 +29,6 @@ import os
 from pathlib import Path
 from typing import Any
 
-import torch
-
 from aow_policy.fileio import atomic_output
 
 FORMAT = "aow-checkpoint"
@@ -63,6 +61,8 @@ def save_checkpoint(path: str | os.PathLike[str], payload: dict[str, Any]) -> Pa
     missing = [k for k in REQUIRED_KEYS if k not in payload]
     if missing:
         raise CheckpointError(f"checkpoint payload lacks key(s) {missing}")
+    import torch  # here, not at import: listing a run's checkpoints (aow-status) needs no torch
+
     path = Path(path)
     with atomic_output(path) as tmp:
         torch.save(payload, tmp)
@@ -71,6 +71,8 @@ def save_checkpoint(path: str | os.PathLike[str], payload: dict[str, Any]) -> Pa
 
 def load_checkpoint(path: str | os.PathLike[str]) -> dict[str, Any]:
     """Load and check a checkpoint; refuses truncated, foreign and incomplete files clearly."""
+    import torch
+
     path = Path(path)
     if not path.is_file():
         raise CheckpointError(f"{path}: no such checkpoint file")

@@ -119,6 +119,16 @@ def _mean_std(values: list[float]) -> tuple[float, float]:
     return float(arr.mean()), float(arr.std(ddof=1)) if arr.size > 1 else 0.0
 
 
+def run_entry(run_dir: Path, window: int | None = None) -> dict[str, Any]:
+    """One run's final values (the mean over ``window`` iterations, default its last 10 %) and
+    its number of iterations: a row of the table, finished or not."""
+    records = read_metrics(run_dir)
+    w = window or max(1, len(records) // 10)
+    entry: dict[str, Any] = {name: final_value(records, key, w) for name, key in METRICS.items()}
+    entry["iterations"] = len(records)
+    return entry
+
+
 def summarize(out: Path, algos: list[str], seeds: list[int], window: int | None = None) -> dict[str, Any]:
     """Per-run final values and per-algorithm mean and standard deviation over seeds."""
     runs: dict[str, dict[str, Any]] = {}
@@ -127,10 +137,7 @@ def summarize(out: Path, algos: list[str], seeds: list[int], window: int | None 
         table[algo] = {}
         finals: dict[str, list[float]] = {name: [] for name in METRICS}
         for seed in seeds:
-            records = read_metrics(run_dir_for(out, algo, seed))
-            w = window or max(1, len(records) // 10)
-            entry = {name: final_value(records, key, w) for name, key in METRICS.items()}
-            entry["iterations"] = len(records)
+            entry = run_entry(run_dir_for(out, algo, seed), window)
             runs[f"{algo}_s{seed}"] = entry
             for name in METRICS:
                 finals[name].append(entry[name])
@@ -153,10 +160,7 @@ def summarize_so_far(
             run_dir = run_dir_for(out, algo, seed)
             if not (run_dir / "metrics.jsonl").is_file():
                 continue
-            records = read_metrics(run_dir)
-            w = window or max(1, len(records) // 10)
-            entry: dict[str, Any] = {name: final_value(records, key, w) for name, key in METRICS.items()}
-            entry["iterations"] = len(records)
+            entry = run_entry(run_dir, window)
             entry["finished"] = (run_dir / f"model_{iterations}.pt").is_file()
             runs[f"{algo}_s{seed}"] = entry
             if entry["finished"]:

@@ -24,6 +24,7 @@ import numpy as np
 
 from aow_policy.fileio import atomic_output
 from training.compare import read_metrics
+from training.run_files import env_steps
 
 PANELS = (
     ("mean_reward", "episode reward"),
@@ -58,30 +59,6 @@ def smooth(values: np.ndarray, window: int) -> np.ndarray:
 
 def series(records: list[dict[str, float]], key: str) -> np.ndarray:
     return np.array([r.get(key, np.nan) for r in records], dtype=float)
-
-
-def env_steps(run_dir: Path, iterations: np.ndarray) -> np.ndarray:
-    """Environment steps collected by the end of each given iteration (0-based, as in
-    metrics.jsonl): each stretch in ``segments.jsonl`` ran from its start iteration with its own
-    number of environments; without that file, the config's ``num_envs`` throughout."""
-    import yaml
-
-    config = yaml.safe_load((run_dir / "config.yaml").read_text()) if (run_dir / "config.yaml").is_file() else {}
-    per_env = int(config.get("num_steps_per_env", 24))
-    segments = []
-    seg_file = run_dir / "segments.jsonl"
-    if seg_file.is_file():
-        segments = [json.loads(line) for line in seg_file.read_text().splitlines() if line.strip()]
-    if not segments:
-        segments = [{"iteration": 0, "num_envs": int(config.get("num_envs", 4096))}]
-    starts = np.array([int(s["iteration"]) for s in segments])
-    envs = np.array([int(s["num_envs"]) for s in segments])
-    done = iterations + 1  # iterations completed after record i
-    total = np.zeros_like(done, dtype=float)
-    for k, start in enumerate(starts):
-        end = starts[k + 1] if k + 1 < len(starts) else np.inf
-        total += np.clip(np.minimum(done, end) - start, 0, None) * envs[k] * per_env
-    return total
 
 
 def _plot_family(ax, x, records, prefix: str, window: int, color, name: str, skip: tuple[str, ...] = ()) -> None:

@@ -29,6 +29,7 @@ from typing import Any
 import numpy as np
 
 from training.checkpoint import run_checkpoints
+from training.run_files import env_steps
 
 # metrics.jsonl key families summarised per window: the prefix and the name the report gives them.
 FAMILIES = (
@@ -117,9 +118,10 @@ def _config(run_dir: Path) -> dict[str, Any]:
     return (yaml.safe_load(path.read_text()) or {}) if path.is_file() else {}
 
 
-def _parent(run_dir: Path, config: dict[str, Any], search: Sequence[Path]) -> Ancestor | None:
+def _parent(run_dir: Path, config: dict[str, Any], search: Sequence[Path]) -> tuple[Ancestor, dict[str, Any]] | None:
     """The run this one continues (its ``fork_from``, else its ``init_from``), looked for as
-    recorded (relative to the working directory), beside the run, then in each ``search`` folder."""
+    recorded (relative to the working directory), beside the run, then in each ``search`` folder;
+    with the parent's config (empty where it is not here), read once for the walk up the line."""
     links = [(link, config[key]) for link, key in (("fork", "fork_from"), ("init", "init_from")) if config.get(key)]
     if not links:
         return None
@@ -132,15 +134,15 @@ def _parent(run_dir: Path, config: dict[str, Any], search: Sequence[Path]) -> An
     name = checkpoint.parent.name
     for candidate in (checkpoint.parent, run_dir.parent / name, *(folder / name for folder in search)):
         if (candidate / "metrics.jsonl").is_file() and candidate.resolve() != run_dir.resolve():
-            task = _config(candidate).get("task")
+            parent_config = _config(candidate)
+            task = parent_config.get("task")
             steps = _steps(candidate, at) if at is not None else None
-            return Ancestor(link, str(recorded), at, str(candidate), None if task is None else str(task), steps)
-    return Ancestor(link, str(recorded), at, None, None, None)
+            found = Ancestor(link, str(recorded), at, str(candidate), None if task is None else str(task), steps)
+            return found, parent_config
+    return Ancestor(link, str(recorded), at, None, None, None), {}
 
 
 def _steps(run_dir: Path, iterations_done: int) -> float:
-    from training.curves import env_steps
-
     if iterations_done <= 0:
         return 0.0
     return float(env_steps(run_dir, np.array([iterations_done - 1]))[0])
@@ -173,14 +175,14 @@ def run_status(run_dir: Path, window: int = 10, now: float | None = None, search
     ancestors: list[Ancestor] = []
     steps_by_task = {str(config.get("task", "?")): in_run}
     child, child_config, seen = run_dir, config, {run_dir.resolve()}
-    while (parent := _parent(child, child_config, search)) is not None:
+    while (found := _parent(child, child_config, search)) is not None:
+        parent, child_config = found
         ancestors.append(parent)
         if parent.path is None or parent.steps is None or Path(parent.path).resolve() in seen:
             break  # not here (or a loop in copied files): the line's count stops at this run
         seen.add(Path(parent.path).resolve())
         steps_by_task[parent.task or "?"] = steps_by_task.get(parent.task or "?", 0.0) + parent.steps
         child = Path(parent.path)
-        child_config = _config(child)
 
     last = records[-1]
     per_iteration = float(last.get("time/collection_s", 0.0)) + float(last.get("time/update_s", 0.0))

@@ -1,0 +1,32 @@
+"""A run directory's own records, read without torch: what ``aow-status`` and the curves share."""
+
+from __future__ import annotations
+
+import json
+from pathlib import Path
+
+import numpy as np
+
+
+def env_steps(run_dir: Path, iterations: np.ndarray) -> np.ndarray:
+    """Environment steps collected by the end of each given iteration (0-based, as in
+    metrics.jsonl): each stretch in ``segments.jsonl`` ran from its start iteration with its own
+    number of environments; without that file, the config's ``num_envs`` throughout."""
+    import yaml
+
+    config = yaml.safe_load((run_dir / "config.yaml").read_text()) if (run_dir / "config.yaml").is_file() else {}
+    per_env = int(config.get("num_steps_per_env", 24))
+    segments = []
+    seg_file = run_dir / "segments.jsonl"
+    if seg_file.is_file():
+        segments = [json.loads(line) for line in seg_file.read_text().splitlines() if line.strip()]
+    if not segments:
+        segments = [{"iteration": 0, "num_envs": int(config.get("num_envs", 4096))}]
+    starts = np.array([int(s["iteration"]) for s in segments])
+    envs = np.array([int(s["num_envs"]) for s in segments])
+    done = iterations + 1  # iterations completed after record i
+    total = np.zeros_like(done, dtype=float)
+    for k, start in enumerate(starts):
+        end = starts[k + 1] if k + 1 < len(starts) else np.inf
+        total += np.clip(np.minimum(done, end) - start, 0, None) * envs[k] * per_env
+    return total
