@@ -86,6 +86,39 @@ def test_rough_recipe():
     assert (cfg.algo_params.kappa_init, cfg.algo_params.kappa_max) == (0.1, 0.2)
 
 
+def test_the_ppo_rough_recipe_is_the_np3o_one_with_ppo_s_rewards():
+    """PPO's rough recipe: every task setting of the N-P3O recipe, plus the flat PPO recipe's
+    constraint rewards and hip-range penalty and Table I's joint-speed penalty 10 x stronger."""
+    ppo, np3o = load_config_yaml(CONFIGS / "aow_rough_ppo.yaml"), load_config_yaml(CONFIGS / "aow_rough_np3o.yaml")
+    ppo.validate()
+    assert (ppo.task, ppo.algo) == ("aow_rough_style", "ppo")
+    assert ppo.network == np3o.network and ppo.ppo == np3o.ppo and ppo.num_envs == np3o.num_envs
+    task, np3o_task = task_config(ppo.task, **ppo.env_overrides), task_config(np3o.task, **np3o.env_overrides)
+    for section in ("commands", "terminations", "costs", "observations", "terrain", "sim"):
+        assert getattr(task, section) == getattr(np3o_task, section), section
+    assert task.rewards.constraint_rewards and not np3o_task.rewards.constraint_rewards
+    assert task.rewards.weights == {**np3o_task.rewards.weights, "hip_range": -1.0}
+    default_speed = task_config(ppo.task).rewards.constraint_weights["speed_limits"]
+    assert task.rewards.constraint_weights == {
+        **np3o_task.rewards.constraint_weights,
+        "speed_limits": 10 * default_speed,
+    }
+    assert default_speed == pytest.approx(-0.1)  # Table I's
+
+
+def test_the_ppo_rough_line_trains_with_the_ppo_rough_recipe():
+    """The PPO rough line in progress (policies/runs/rough_sharp_spd_ppo, reached branch by branch)
+    saved the recipe's settings: the recipe says what that line is."""
+    runs = Path(__file__).resolve().parents[1] / "policies" / "runs"
+    recipe = load_config_yaml(CONFIGS / "aow_rough_ppo.yaml")
+    cfg = load_config_yaml(runs / "rough_sharp_spd_ppo" / "config.yaml")
+    assert (cfg.task, cfg.algo, cfg.num_envs) == (recipe.task, recipe.algo, recipe.num_envs)
+    assert cfg.network == recipe.network and cfg.algo_params == recipe.algo_params and cfg.ppo == recipe.ppo
+    task, recipe_task = task_config(cfg.task, **cfg.env_overrides), task_config(recipe.task, **recipe.env_overrides)
+    for section in ("rewards", "commands", "terminations", "costs", "observations", "terrain", "sim"):
+        assert getattr(task, section) == getattr(recipe_task, section), section
+
+
 def test_the_shipped_rough_policy_was_trained_with_the_rough_recipe():
     """policies/aow_rough_np3o's saved config is the recipe's (reached branch by branch), and its
     checkpoint (stripped) and ONNX contract name the task, the algorithm, the iteration and the
