@@ -1,5 +1,6 @@
 #!/usr/bin/env bash
-# Trains the reference policies of policies/: N-P3O on aow_flat and, for comparison, PPO with
+# Trained the first reference pair of policies/ (2026-11-26; the shipped policies now come from the
+# recipes in policies/configs): N-P3O on aow_flat and, for comparison, PPO with
 # Table I's constraint rewards, same config apart from the algorithm, then exports each to ONNX
 # (verified against PyTorch) and draws its training curves.
 #
@@ -23,7 +24,7 @@ set -euo pipefail
 out=${1:?usage: train_reference.sh OUT_DIR [ITERATIONS] [NUM_ENVS] [DEVICE]}
 iterations=${2:-212}
 envs=${3:-2048}
-py=${PYTHON:-python3}
+py=${PYTHON:-$(cd "$(dirname "$0")/.." && pwd)/.venv/bin/python}  # make install's venv unless PYTHON is set
 device=${4:-$($py -c 'import torch; print("cuda" if torch.cuda.is_available() else "cpu")')}
 read -r -a runs <<< "${RUNS:-np3o ppo}"
 cores=$(nproc)
