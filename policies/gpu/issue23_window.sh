@@ -5,6 +5,7 @@
 # last checkpoint, config, metrics, segments, log) to be continued anywhere with --resume.
 #
 #   policies/gpu/issue23_window.sh OUT [DEADLINE_S]      # on the GPU machine, after the Warp install
+#   policies/gpu/issue23_window.sh --spec NAME           # the flags run NAME would start with (a check)
 #
 # A run whose directory exists under RUNS_FROM (default policies/runs, the resume checkpoints
 # committed at the end of each session) is resumed from its latest checkpoint with this machine's
@@ -21,9 +22,10 @@ export PYTHONUNBUFFERED=1
 work=${WORK_DIR:-/root/issue23_runs}
 runs_from=${RUNS_FROM:-$repo/policies/runs}
 flat_envs=${FLAT_ENVS:-4096}
-rough_envs=${ROUGH_ENVS:-8192}
+rough_envs=${ROUGH_ENVS:-16384}  # one rough run alone on the GPU (measured: ~118k env-steps/s on an H200)
 read -r -a placement <<< "${PLACEMENT:---device cuda --backend mujoco_warp}"  # PLACEMENT: for a dry run on a CPU
-read -r -a wanted <<< "${RUNS:-rough_sharp_np3o rough_sharp_ppo rough_dc_np3o}"
+# Since session 19: the PPO rough line (the N-P3O one is shipped; policies/runs/README.md).
+read -r -a wanted <<< "${RUNS:-rough_sharp_spd_ppo}"
 kappa=(--set algo_params.kappa_init=0.1 --set algo_params.kappa_max=0.2)
 moving="--env-override rewards.air_time_gate=moving"
 constraint_rewards="--env-override rewards.constraint_rewards=true"
@@ -34,10 +36,6 @@ symmetric="--set network.symmetric_actor=true"
 reversals="--env-override commands.reversal_share=0.2"
 trip="--env-override terminations.joint_speed_trip=2.0"
 common=(--save-minutes 2 --no-progress --no-tensorboard)
-mkdir -p "$work" "$out"
-(command -v nvidia-smi >/dev/null && nvidia-smi --query-gpu=timestamp,utilization.gpu,memory.used --format=csv -l 30 \
-  > "$out/gpu_usage.csv" 2>&1) &
-smi=$!
 
 # name, envs, then the flags of a fresh run (task, algorithm, what it learns).
 spec() {
@@ -85,14 +83,26 @@ spec() {
     # drive-line forks rough_dc_np3o (rough_lowent_np3o's it. 395) and rough_dc_ppo
     # (rough_progress_ppo's it. 49), --env-override sim.leg_actuator=dc_motor; since session 15
     # the sharper-stairs forks rough_sharp_np3o (rough_dc_np3o's it. 512) and rough_sharp_ppo
-    # (rough_dc_ppo's it. 263), --env-override terrain.horizontal_scale=0.05.
-    rough_lowent_np3o | rough_dc_np3o | rough_dc_ppo | rough_sharp_np3o | rough_sharp_ppo) echo "$rough_envs" ;;
+    # (rough_dc_ppo's it. 263), --env-override terrain.horizontal_scale=0.05; since session 18
+    # rough_sharp_spd_ppo (rough_sharp_ppo's it. 950, rewards.constraint_weights.speed_limits=-1.0:
+    # policies/configs/aow_rough_ppo.yaml).
+    rough_lowent_np3o | rough_dc_np3o | rough_dc_ppo | rough_sharp_np3o | rough_sharp_ppo | rough_sharp_spd_ppo)
+      echo "$rough_envs" ;;
     rough_style_np3o) echo "$rough_envs --task aow_rough_style --algo np3o ${kappa[*]} $moving $symmetric $reversals" ;;
     rough_style_ppo)
       echo "$rough_envs --task aow_rough_style --algo ppo $constraint_rewards $moving $symmetric $reversals" ;;
     *) return 1 ;;
   esac
 }
+
+if [ "$out" = "--spec" ]; then  # the check: a run this window cannot start or resume fails here, not on the GPU
+  spec "$deadline" || { echo "unknown run $deadline" >&2; exit 2; }
+  exit 0
+fi
+mkdir -p "$work" "$out"
+(command -v nvidia-smi >/dev/null && nvidia-smi --query-gpu=timestamp,utilization.gpu,memory.used --format=csv -l 30 \
+  > "$out/gpu_usage.csv" 2>&1) &
+smi=$!
 
 pids=()
 for name in "${wanted[@]}"; do
