@@ -4,17 +4,24 @@ from __future__ import annotations
 
 import json
 from pathlib import Path
+from typing import Any
 
 import numpy as np
+
+
+def run_config(run_dir: Path) -> dict[str, Any]:
+    """The run's saved ``config.yaml`` as a plain dict (empty where there is none)."""
+    import yaml
+
+    path = run_dir / "config.yaml"
+    return (yaml.safe_load(path.read_text()) or {}) if path.is_file() else {}
 
 
 def env_steps(run_dir: Path, iterations: np.ndarray) -> np.ndarray:
     """Environment steps collected by the end of each given iteration (0-based, as in
     metrics.jsonl): each stretch in ``segments.jsonl`` ran from its start iteration with its own
     number of environments; without that file, the config's ``num_envs`` throughout."""
-    import yaml
-
-    config = yaml.safe_load((run_dir / "config.yaml").read_text()) if (run_dir / "config.yaml").is_file() else {}
+    config = run_config(run_dir)
     per_env = int(config.get("num_steps_per_env", 24))
     segments = []
     seg_file = run_dir / "segments.jsonl"

@@ -29,7 +29,7 @@ from typing import Any
 import numpy as np
 
 from training.checkpoint import run_checkpoints
-from training.run_files import env_steps
+from training.run_files import env_steps, run_config
 
 # metrics.jsonl key families summarised per window: the prefix and the name the report gives them.
 FAMILIES = (
@@ -111,13 +111,6 @@ def _read_jsonl(path: Path) -> list[dict[str, Any]]:
     return rows
 
 
-def _config(run_dir: Path) -> dict[str, Any]:
-    import yaml
-
-    path = run_dir / "config.yaml"
-    return (yaml.safe_load(path.read_text()) or {}) if path.is_file() else {}
-
-
 def _parent(run_dir: Path, config: dict[str, Any], search: Sequence[Path]) -> tuple[Ancestor, dict[str, Any]] | None:
     """The run this one continues (its ``fork_from``, else its ``init_from``), looked for as
     recorded (relative to the working directory), beside the run, then in each ``search`` folder;
@@ -134,7 +127,7 @@ def _parent(run_dir: Path, config: dict[str, Any], search: Sequence[Path]) -> tu
     name = checkpoint.parent.name
     for candidate in (checkpoint.parent, run_dir.parent / name, *(folder / name for folder in search)):
         if (candidate / "metrics.jsonl").is_file() and candidate.resolve() != run_dir.resolve():
-            parent_config = _config(candidate)
+            parent_config = run_config(candidate)
             task = parent_config.get("task")
             steps = _steps(candidate, at) if at is not None else None
             found = Ancestor(link, str(recorded), at, str(candidate), None if task is None else str(task), steps)
@@ -167,7 +160,7 @@ def run_status(run_dir: Path, window: int = 10, now: float | None = None, search
     records = _read_jsonl(metrics)
     if not records:
         raise StatusError(f"{run_dir}: metrics.jsonl has no iterations yet")
-    config = _config(run_dir)
+    config = run_config(run_dir)
     segments = _read_jsonl(run_dir / "segments.jsonl")
     iteration = int(records[-1]["iteration"]) + 1  # metrics count iterations from 0
     in_run = _steps(run_dir, iteration)
