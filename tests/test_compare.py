@@ -65,6 +65,21 @@ def test_a_comparison_under_way_tables_its_finished_runs_and_lists_the_rest(tmp_
     assert "No run in progress" in done and "Runs in progress" not in done
 
 
+def test_the_table_so_far_reads_past_the_line_a_running_trainer_is_writing(tmp_path, capsys):
+    _fake_run(tmp_path, "ppo", 0, [0.0] * 4 + [26.0], [9.0] * 4 + [560.0])
+    metrics = run_dir_for(tmp_path, "ppo", 0) / "metrics.jsonl"
+    with metrics.open("a") as f:
+        f.write('{"iteration": 5, "mean_rew')  # the trainer is mid-write
+    s = summarize_so_far(tmp_path, ["ppo"], [0], iterations=10)
+    assert s["runs"]["ppo_s0"]["iterations"] == 5 and s["runs"]["ppo_s0"]["reward"] == 26.0
+    args = ["--task", "anymal_flat_speed_limit", "--algos", "ppo", "--seeds", "1", "--iterations", "10"]
+    assert main([*args, "--out", str(tmp_path), "--so-far"]) == 0
+    assert "| ppo_s0 | 5 | 26.00 | 560.00 |" in capsys.readouterr().out
+    metrics.write_text('{"iteration": 0}\nnot json\n{"iteration": 2}\n')  # damaged, not mid-write
+    assert main([*args, "--out", str(tmp_path), "--so-far"]) == 1
+    assert "metrics.jsonl:2: not JSON" in capsys.readouterr().err
+
+
 def test_compare_end_to_end_and_reuse(tmp_path, capsys):
     out = tmp_path / "cmp"
     argv = [

@@ -47,6 +47,12 @@ def test_curves_png_from_runs(tmp_path, capsys) -> None:
     assert out.read_bytes()[:8] == b"\x89PNG\r\n\x1a\n" and out.stat().st_size > 10_000
     assert main([str(tmp_path / "missing"), "--out", str(out)]) == 2
     assert "no metrics.jsonl" in capsys.readouterr().err
+    with (run / "metrics.jsonl").open("a") as f:
+        f.write('{"iteration": 30, "mean_rew')  # a running trainer's half-written line is skipped
+    assert main([f"np3o={run}", "--out", str(out)]) == 0
+    (run / "metrics.jsonl").write_text('{"iteration": 0}\nnot json\n{"iteration": 2}\n')
+    assert main([str(run), "--out", str(out)]) == 2
+    assert "metrics.jsonl:2: not JSON" in capsys.readouterr().err
 
 
 def test_curves_draw_only_the_named_constraints_and_refuse_unknown_ones(tmp_path, drawn, capsys) -> None:

@@ -97,7 +97,7 @@ def test_the_window_compares_the_last_iterations_with_the_ones_before(tmp_path):
     assert "reward 24.50 (+10.00)" in status.format_status(s)
     assert s.task == "?" and s.latest_checkpoint is None and s.ancestors == []
     (run / "metrics.jsonl").write_text('{"iteration": 0}\nnot json\n{"iteration": 1}\n')
-    with pytest.raises(status.StatusError, match=r"metrics.jsonl:2: not JSON"):
+    with pytest.raises(status.RunFileError, match=r"metrics.jsonl:2: not JSON"):
         status.run_status(run)
 
 

@@ -36,6 +36,7 @@ import numpy as np
 from aow_policy.fileio import atomic_output, atomic_write_bytes
 from training.algorithms import ALGORITHMS
 from training.config import ConfigError, TrainConfig, apply_override
+from training.run_files import RunFileError, read_jsonl
 from training.train import COST_LIMIT_HELP
 
 DISPLAY_NAMES = {
@@ -99,7 +100,7 @@ def read_metrics(run_dir: Path) -> list[dict[str, float]]:
     path = run_dir / "metrics.jsonl"
     if not path.is_file():
         raise FileNotFoundError(f"{run_dir}: no metrics.jsonl (did the run start?)")
-    records = [json.loads(line) for line in path.read_text().splitlines() if line.strip()]
+    records = read_jsonl(path)  # skips the line a running trainer is writing (--so-far, curves)
     for r in records:
         length, violations = r.get("mean_episode_length"), r.get("violations_per_episode")
         if length and violations is not None and "violations_per_1000_steps" not in r:
@@ -392,7 +393,11 @@ def main(argv: list[str] | None = None) -> int:
         print(f"aow-compare: error: {e}", file=sys.stderr)
         return 2
     if args.so_far:
-        print(_write_so_far(args, algos, seeds), end="")
+        try:
+            print(_write_so_far(args, algos, seeds), end="")
+        except RunFileError as e:
+            print(f"aow-compare: error: {e}", file=sys.stderr)
+            return 1
         return 0
     args.out.mkdir(parents=True, exist_ok=True)
     from tqdm import tqdm

@@ -16,7 +16,6 @@ with several runs, one line style per constraint or kind. Read from each run's `
 from __future__ import annotations
 
 import argparse
-import json
 import sys
 from pathlib import Path
 
@@ -24,7 +23,7 @@ import numpy as np
 
 from aow_policy.fileio import atomic_output
 from training.compare import read_metrics
-from training.run_files import env_steps
+from training.run_files import RunFileError, env_steps
 
 PANELS = (
     ("mean_reward", "episode reward"),
@@ -168,7 +167,7 @@ def main(argv: list[str] | None = None) -> int:
         try:
             runs[name if sep else run_dir.name] = read_metrics(run_dir)
             dirs[name if sep else run_dir.name] = run_dir
-        except (FileNotFoundError, json.JSONDecodeError) as e:
+        except (FileNotFoundError, RunFileError) as e:
             print(f"training.curves: error: {e}", file=sys.stderr)
             return 2
     known = {k.rsplit("/", 1)[1] for records in runs.values() for r in records for k in r if "violations/" in k}

@@ -9,6 +9,31 @@ from typing import Any
 import numpy as np
 
 
+class RunFileError(ValueError):
+    """A run's record file that cannot be read (a line other than the last is not JSON)."""
+
+
+def read_jsonl(path: Path) -> list[dict[str, Any]]:
+    """The records of a run's ``metrics.jsonl`` or ``segments.jsonl`` (empty where there is no
+    file). A last line that is not JSON is skipped: a running trainer is writing it right now,
+    and a reader beside it (aow-status, ``aow-compare --so-far``, the curves) must not fail on
+    it. Any earlier line that is not JSON raises :class:`RunFileError` naming file and line."""
+    if not path.is_file():
+        return []
+    lines = path.read_text().splitlines()
+    rows = []
+    for number, line in enumerate(lines, 1):
+        if not line.strip():
+            continue
+        try:
+            rows.append(json.loads(line))
+        except json.JSONDecodeError as e:
+            if number == len(lines):
+                continue
+            raise RunFileError(f"{path}:{number}: not JSON ({e.msg})") from None
+    return rows
+
+
 def run_config(run_dir: Path) -> dict[str, Any]:
     """The run's saved ``config.yaml`` as a plain dict (empty where there is none)."""
     import yaml
@@ -23,10 +48,7 @@ def env_steps(run_dir: Path, iterations: np.ndarray) -> np.ndarray:
     number of environments; without that file, the config's ``num_envs`` throughout."""
     config = run_config(run_dir)
     per_env = int(config.get("num_steps_per_env", 24))
-    segments = []
-    seg_file = run_dir / "segments.jsonl"
-    if seg_file.is_file():
-        segments = [json.loads(line) for line in seg_file.read_text().splitlines() if line.strip()]
+    segments = read_jsonl(run_dir / "segments.jsonl")
     if not segments:
         segments = [{"iteration": 0, "num_envs": int(config.get("num_envs", 4096))}]
     starts = np.array([int(s["iteration"]) for s in segments])

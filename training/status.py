@@ -29,7 +29,7 @@ from typing import Any
 import numpy as np
 
 from training.checkpoint import run_checkpoints
-from training.run_files import env_steps, run_config
+from training.run_files import RunFileError, env_steps, read_jsonl, run_config
 
 # metrics.jsonl key families summarised per window: the prefix and the name the report gives them.
 FAMILIES = (
@@ -94,23 +94,6 @@ def find_runs(path: Path) -> list[Path]:
     return found
 
 
-def _read_jsonl(path: Path) -> list[dict[str, Any]]:
-    if not path.is_file():
-        return []
-    lines = path.read_text().splitlines()
-    rows = []
-    for number, line in enumerate(lines, 1):
-        if not line.strip():
-            continue
-        try:
-            rows.append(json.loads(line))
-        except json.JSONDecodeError as e:
-            if number == len(lines):
-                continue  # the line a running trainer is writing right now
-            raise StatusError(f"{path}:{number}: not JSON ({e.msg})") from None
-    return rows
-
-
 def _parent(run_dir: Path, config: dict[str, Any], search: Sequence[Path]) -> tuple[Ancestor, dict[str, Any]] | None:
     """The run this one continues (its ``fork_from``, else its ``init_from``), looked for as
     recorded (relative to the working directory), beside the run, then in each ``search`` folder;
@@ -157,11 +140,11 @@ def run_status(run_dir: Path, window: int = 10, now: float | None = None, search
     where the runs it continues may be (by directory name)."""
     now = time.time() if now is None else now
     metrics = run_dir / "metrics.jsonl"
-    records = _read_jsonl(metrics)
+    records = read_jsonl(metrics)
     if not records:
         raise StatusError(f"{run_dir}: metrics.jsonl has no iterations yet")
     config = run_config(run_dir)
-    segments = _read_jsonl(run_dir / "segments.jsonl")
+    segments = read_jsonl(run_dir / "segments.jsonl")
     iteration = int(records[-1]["iteration"]) + 1  # metrics count iterations from 0
     in_run = _steps(run_dir, iteration)
 
@@ -311,7 +294,7 @@ def main(argv: Sequence[str] | None = None) -> int:
         for run_dir in runs:
             try:
                 statuses.append(run_status(run_dir, args.window, search=args.parents))
-            except StatusError as e:
+            except (StatusError, RunFileError) as e:
                 print(f"aow-status: {e}", file=sys.stderr)
                 failed = True
     print("\n\n".join(format_status(s) for s in statuses))
