@@ -26,6 +26,7 @@ import multiprocessing
 import os
 import sys
 import tempfile
+from collections.abc import Iterable
 from concurrent.futures import ProcessPoolExecutor, as_completed
 from dataclasses import dataclass
 from pathlib import Path
@@ -37,7 +38,7 @@ from export.checkpoint_source import ExportError
 from sim2sim import course_eval, evaluate
 from sim2sim.course import COURSE_SEED, CourseConfig
 from sim2sim.evaluate import identity_line, policy_identity
-from sim2sim.policy_args import parse_named_paths
+from sim2sim.policy_args import named_path_items
 from training.checkpoint import CheckpointError
 
 # Issue 23's bar spans 0.5 - 1.0 m/s; these are the speeds its evaluations drive.
@@ -200,9 +201,11 @@ def report(
     return md, payload
 
 
-def checkpoints_to_screen(policies: dict[str, Path], last: int) -> dict[str, Path]:
+def checkpoints_to_screen(policies: Iterable[tuple[str, Path]], last: int) -> dict[str, Path]:
     """The ONNX files as they are; a checkpoint (``model_<it>.pt``) as "<name>_<it>" (its run
-    directory's name where no NAME was given); a run directory as its ``last`` latest checkpoints."""
+    directory's name where no NAME was given); a run directory as its ``last`` latest checkpoints.
+    Names are checked here, after the iteration is appended: one NAME may stand for several
+    checkpoints of a run (``spd=…/model_1250.pt spd=…/model_1280.pt``)."""
     from training.checkpoint import run_checkpoints
 
     resolved: dict[str, Path] = {}
@@ -212,7 +215,7 @@ def checkpoints_to_screen(policies: dict[str, Path], last: int) -> dict[str, Pat
             raise ValueError(f"two policies would be named {name!r} ({resolved[name]}, {path}): name them, NAME=PATH")
         resolved[name] = path
 
-    for name, path in policies.items():
+    for name, path in policies:
         if path.is_dir():
             found = run_checkpoints(path)[-last:]
             if not found:
@@ -292,7 +295,7 @@ def main(argv: list[str] | None = None) -> int:
     try:
         if args.last < 1:
             raise ValueError(f"--last must be at least 1, got {args.last}")
-        policies = checkpoints_to_screen(parse_named_paths(args.policy, directories=True), args.last)
+        policies = checkpoints_to_screen(named_path_items(args.policy, directories=True), args.last)
         for speed in args.speed:
             course_eval.check_speed(speed)
         if len(set(args.speed)) != len(args.speed) or len(set(args.seed)) != len(args.seed):

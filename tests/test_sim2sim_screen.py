@@ -15,7 +15,7 @@ from test_sim2sim_course import MILD_COURSE, relief_roller_policy
 
 from sim2sim import screen
 from sim2sim.course import generate_course
-from sim2sim.policy_args import parse_named_paths
+from sim2sim.policy_args import named_path_items, parse_named_paths
 
 
 def test_screen_tables_each_policy_per_speed_and_seed_from_worker_processes(tmp_path, monkeypatch, capsys):
@@ -84,7 +84,7 @@ def test_block_is_driven_once_whatever_the_seeds(tmp_path):
     [
         (["missing.onnx"], "no file or directory missing.onnx"),
         (["{p}", "--speed", "1.5"], "0.5 - 1.0"),
-        (["{p}", "{p}"], "given twice"),
+        (["{p}", "{p}"], "two policies would be named 'p'"),
         (["{p}", "--seed", "3", "3"], "given twice"),
         (["{p}", "--jobs", "0"], "--jobs"),
         (["{p}", "--time-limit", "-1"], "--time-limit"),
@@ -108,17 +108,22 @@ def test_run_directories_and_checkpoints_are_named_by_iteration(tmp_path):
     for it in (5, 10, 7):
         (run / f"model_{it}.pt").write_bytes(b"")
     (run / "model_best.pt").write_bytes(b"")  # not an iteration: ignored
-    policies = parse_named_paths([str(run), f"x={run / 'model_5.pt'}", str(run / "model_7.pt")], directories=True)
-    named = screen.checkpoints_to_screen({"rough_line": policies["rough_line"]}, last=2)
+    policies = named_path_items([str(run), f"x={run / 'model_5.pt'}", str(run / "model_7.pt")], directories=True)
+    named = screen.checkpoints_to_screen([("rough_line", run)], last=2)
     assert named == {"rough_line_7": run / "model_7.pt", "rough_line_10": run / "model_10.pt"}
-    assert screen.checkpoints_to_screen({"x": policies["x"]}, last=1) == {"x_5": run / "model_5.pt"}
-    unnamed = screen.checkpoints_to_screen({"model_7": policies["model_7"]}, last=1)
+    assert screen.checkpoints_to_screen([policies[1]], last=1) == {"x_5": run / "model_5.pt"}
+    unnamed = screen.checkpoints_to_screen([policies[2]], last=1)
     assert unnamed == {"rough_line_7": run / "model_7.pt"}  # named after its run directory
     with pytest.raises(ValueError, match="would be named 'rough_line_7'"):
         screen.checkpoints_to_screen(policies, last=2)  # the directory's 7 and the checkpoint's 7
+    # one NAME for several checkpoints of a run: the iteration tells them apart
+    same_name = named_path_items([f"spd={run / 'model_5.pt'}", f"spd={run / 'model_7.pt'}"], directories=True)
+    assert screen.checkpoints_to_screen(same_name, last=1) == {"spd_5": run / "model_5.pt", "spd_7": run / "model_7.pt"}
+    with pytest.raises(ValueError, match="would be named 'spd_5'"):
+        screen.checkpoints_to_screen([*same_name, ("spd", run / "model_5.pt")], last=1)
     (tmp_path / "empty").mkdir()
     with pytest.raises(ValueError, match="no checkpoints"):
-        screen.checkpoints_to_screen(parse_named_paths([str(tmp_path / "empty")], directories=True), last=1)
+        screen.checkpoints_to_screen(named_path_items([str(tmp_path / "empty")], directories=True), last=1)
 
 
 def test_policy_items_are_named_once_and_must_exist(tmp_path):
