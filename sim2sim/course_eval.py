@@ -15,7 +15,8 @@ holds the course's centre line. A run ends when the base crosses the finish line
 Reported per run: progress along x from the start (m and fraction of the course), the section of
 the furthest point and of the last, crossed or not, driving time and mean forward speed
 (progress / time), falls (time, reason, x and section), violations per 20 s episode as in the
-flat evaluation, and how well the line was held.
+flat evaluation, how well the line was held, and the seconds each section took against its pace
+at the commanded speed (:func:`section_times`): where a slow crossing lost its time.
 
 The bar (:func:`course_bar`), with the map:
 
@@ -37,6 +38,8 @@ import math
 import os
 from dataclasses import dataclass, field
 from typing import TYPE_CHECKING, Any
+
+import numpy as np
 
 from aow_policy.robot import Robot, load_robot
 from sim2sim.course import COURSE_SEED, Course, CourseConfig, block_config, generate_course
@@ -77,6 +80,9 @@ class CourseRun:
     max_lateral_offset: float  # m from the line, whole run
     lead_in_max_lateral_offset: float  # m, on the run-up to the first obstacle ahead of the start
     lead_in_max_heading_error: float  # rad, the same
+    # Seconds from first reaching each section's start to first reaching its end (the part between
+    # the start and the finish line; None where the base never got through it): see section_times.
+    section_times: dict[str, float | None]
     final_state: str
     fault: str | None
     sim_time: float
@@ -154,6 +160,31 @@ def drive_course(
     return course_run_of(result, operator, course, blank_map), course
 
 
+def section_times(time: np.ndarray, x: np.ndarray, course: Course) -> dict[str, float | None]:
+    """Seconds the base took through each section between the start and the finish line: from the
+    first time its x reaches the section's start to the first time it reaches the section's end
+    (backing up and coming again counts in). None for a section it never got through."""
+    lo_limit, hi_limit = course.start[0], course.finish_x
+    times: dict[str, float | None] = {}
+    for section in course.sections:
+        lo, hi = max(section.x_start, lo_limit), min(section.x_end, hi_limit)
+        if hi <= lo:
+            continue  # behind the start or past the finish
+        entered, left = np.flatnonzero(x >= lo), np.flatnonzero(x >= hi)
+        times[section.name] = float(time[left[0]] - time[entered[0]]) if len(left) else None
+    return times
+
+
+def section_pace(course: Course, speed: float) -> dict[str, float]:
+    """Seconds each section of :func:`section_times` takes at the commanded ``speed``."""
+    lo_limit, hi_limit = course.start[0], course.finish_x
+    return {
+        s.name: (min(s.x_end, hi_limit) - max(s.x_start, lo_limit)) / speed
+        for s in course.sections
+        if min(s.x_end, hi_limit) > max(s.x_start, lo_limit)
+    }
+
+
 def course_run_of(result: Any, driver: LineDriver, course: Course, blank_map: bool) -> CourseRun:
     """A course run's figures from the runner's result and the driver that drove it."""
     speed = driver.config.speed
@@ -198,6 +229,7 @@ def course_run_of(result: Any, driver: LineDriver, course: Course, blank_map: bo
         max_lateral_offset=float(offset.max()) if driving else 0.0,
         lead_in_max_lateral_offset=float(offset[on_lead_in].max()) if on_lead_in.any() else 0.0,
         lead_in_max_heading_error=float(abs(tr["yaw"][on_lead_in]).max()) if on_lead_in.any() else 0.0,
+        section_times=section_times(tr["time"], tr["x"], course) if driving else {},
         final_state=result.final_state,
         fault=result.fault,
         sim_time=result.sim_time,
@@ -300,6 +332,25 @@ def markdown(course: Course, runs: dict[str, dict[str, CourseRun]], checks: dict
                 f"| {r.time_s:.1f} s | {speed_text} | {_falls_text(r)} "
                 f"| {vpe.get('velocity', 0.0):.2f} | {vpe.get('effort', 0.0):.2f} | {r.max_lateral_offset:.2f} m |"
             )
+    pace = section_pace(course, speed)
+    lines += [
+        "",
+        "Seconds through each section (× the section's time at the commanded speed; – where the base "
+        "did not get through):",
+        "",
+        "| policy | map | " + " | ".join(f"{name} ({t:.1f} s)" for name, t in pace.items()) + " |",
+        "| --- | --- | " + " | ".join("---" for _ in pace) + " |",
+    ]
+    for name, modes in runs.items():
+        for mode in MAP_MODES:
+            r = modes.get(mode)
+            if r is None:
+                continue
+            cells = []
+            for section, t_pace in pace.items():
+                took = r.section_times.get(section)
+                cells.append("–" if took is None else f"{took:.1f} ({took / t_pace:.1f}×)")
+            lines.append(f"| {name} | {mode} | " + " | ".join(cells) + " |")
     if checks:
         lines += [
             "",

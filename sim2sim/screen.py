@@ -74,10 +74,13 @@ class Drive:
 
 def drive(d: Drive) -> dict[str, Any]:
     """Drive ``d`` and judge it with the map-run part of the course bar."""
-    run, _ = course_eval.drive_course(
+    run, course = course_eval.drive_course(
         d.path, d.speed, seed=d.seed, time_limit=d.time_limit, course_config=d.strip, stand_up=d.stand_up
     )
     checks = course_eval.map_run_checks(run)
+    pace = course_eval.section_pace(course, d.speed)
+    through = {name: t for name, t in run.section_times.items() if t is not None}
+    slowest = max(through, key=lambda name: through[name] / pace[name], default=None)
     return {
         "policy": d.policy,
         "layout": d.strip.layout,
@@ -93,12 +96,19 @@ def drive(d: Drive) -> dict[str, Any]:
         "falls": run.falls,
         "fault": run.fault,
         "violations_per_episode": run.violations_per_episode,
+        "section_times": run.section_times,
+        # The section that took longest against its time at the commanded speed: where a slow
+        # crossing lost its time.
+        "slowest_section": None
+        if slowest is None
+        else {"name": slowest, "seconds": through[slowest], "pace_s": pace[slowest]},
         "wall_time": run.wall_time,
     }
 
 
 def cell(result: dict[str, Any]) -> str:
-    """A drive's table cell: "pass 0.68" (mean m/s), or the first reason it does not pass."""
+    """A drive's table cell: "pass 0.68" (mean m/s), or the first reason it does not pass; a slow
+    crossing names its slowest section against the pace ("slow 0.47, stairs_up 4.2×")."""
     speed = result["mean_speed"]
     if result["passes"]:
         return f"pass {speed:.2f}"
@@ -110,7 +120,9 @@ def cell(result: dict[str, Any]) -> str:
         return f"fault: {result['final_section']}"
     if not result["crossed"]:
         return f"{result['end']}: {result['section_reached']}"
-    return f"slow {speed:.2f}"
+    slowest = result.get("slowest_section")
+    where = f", {slowest['name']} {slowest['seconds'] / slowest['pace_s']:.1f}×" if slowest else ""
+    return f"slow {speed:.2f}{where}"
 
 
 def drives_for(

@@ -33,7 +33,7 @@ from sim2sim import evaluate
 from sim2sim import runner as sim_runner
 from sim2sim.cli import main as sim2sim_main
 from sim2sim.course import COURSE_SEED, CourseConfig, generate_course
-from sim2sim.course_eval import CourseRun, blank_worse_reasons, course_bar, drive_course
+from sim2sim.course_eval import CourseRun, blank_worse_reasons, course_bar, drive_course, section_pace, section_times
 from sim2sim.driver import LineDriver, pursuit_yaw_rate
 from sim2sim.hardware import RobotCentredMap
 from sim2sim.world import build_world
@@ -266,6 +266,7 @@ def course_run(crossed: bool, progress: float, time_s: float, falls: int = 0, sp
         max_lateral_offset=0.0,
         lead_in_max_lateral_offset=0.0,
         lead_in_max_heading_error=0.0,
+        section_times={},
         final_state="POLICY",
         fault=None,
         sim_time=1.0,
@@ -286,6 +287,35 @@ def test_course_bar_needs_a_crossing_at_speed_and_a_worse_blank_run():
     assert blank_worse_reasons(good, course_run(True, 23.4, 38.0)) == []  # 0.92: within the noise allowed
     assert blank_worse_reasons(course_run(False, 10.0, 20.0), course_run(False, 9.4, 20.0)) == ["0.60 m less progress"]
     assert blank_worse_reasons(good, course_run(False, 23.3, 39.0)) == ["did not cross"]
+
+
+def test_section_times_say_where_a_slow_crossing_lost_its_time():
+    """A base at 0.5 m/s that waits 10 s at the first riser: the stairs take their 2.4 s at pace plus
+    the wait, every other section its pace; a section never got through has no time."""
+    course = generate_course()
+    stairs = course.section("stairs_up")
+    dt, v = 0.02, 0.5
+    xs, ts, x, t = [], [], course.start[0], 0.0
+    waited = 0.0
+    while x < course.finish_x + 0.1:
+        xs.append(x)
+        ts.append(t)
+        t += dt
+        if x >= stairs.x_start and waited < 10.0:
+            waited += dt  # stands at the riser
+        else:
+            x += v * dt
+    times = section_times(np.array(ts), np.array(xs), course)
+    pace = section_pace(course, v)
+    assert list(times) == list(pace) and pace["lead_in"] == pytest.approx(4.0 / v)
+    assert times["stairs_up"] == pytest.approx(pace["stairs_up"] + 10.0, abs=0.05)
+    for name in ("lead_in", "slope_up", "blocks", "run_out"):
+        assert times[name] == pytest.approx(pace[name], abs=0.05), name
+    assert pace["run_out"] == pytest.approx(1.0 / v)  # to the finish line, 1 m into the run-out
+    stopped = np.array(xs) < stairs.x_end - 0.3  # the same drive, ended on the stairs
+    partial = section_times(np.array(ts)[stopped], np.array(xs)[stopped], course)
+    assert partial["flat_1"] == pytest.approx(pace["flat_1"], abs=0.05)
+    assert partial["stairs_up"] is None and partial["run_out"] is None
 
 
 def test_evaluate_course_end_to_end(tmp_path, monkeypatch, capsys):
@@ -320,6 +350,8 @@ def test_evaluate_course_end_to_end(tmp_path, monkeypatch, capsys):
     }
     md = (out / "evaluation.md").read_text()
     assert "## Terrain course" in md and "| roll | map | time limit |" in md and "| roll | blank |" in md
+    assert runs["map"]["section_times"] == {name: None for name in runs["map"]["section_times"]}  # in the lead-in
+    assert "| roll | map | – | – |" in md and "lead_in (5.3 s)" in md  # 4 m of lead-in at 0.75 m/s
     assert "| roll |" in md.split("## Terrain course")[0]  # the flat table before it
 
 

@@ -55,6 +55,10 @@ def test_screen_tables_each_policy_per_speed_and_seed_from_worker_processes(tmp_
     # the roller that speeds up where its scan shows relief is faster over the mild course's obstacles
     fast = {(d["policy"], d["seed"]): d["mean_speed"] for d in data["drives"] if d["speed"] == 1.0}
     assert fast[("relief", 7)] > fast[("b", 7)]
+    crossed = next(d for d in data["drives"] if d["policy"] == "b" and d["crossed"])
+    slowest = crossed["slowest_section"]  # named with its seconds and its time at the commanded speed
+    assert slowest["seconds"] == crossed["section_times"][slowest["name"]]
+    assert slowest["seconds"] >= slowest["pace_s"] * 0.9 > 0
     assert md in capsys.readouterr().out
 
 
@@ -63,6 +67,8 @@ def test_cells_name_the_first_reason_a_drive_fails():
             "section_reached": "run_out", "final_section": "run_out"}  # fmt: skip
     assert screen.cell({**base, "passes": True, "mean_speed": 0.684}) == "pass 0.68"
     assert screen.cell(base) == "slow 0.55"
+    stairs = {"name": "stairs_up", "seconds": 8.4, "pace_s": 2.0}
+    assert screen.cell({**base, "slowest_section": stairs}) == "slow 0.55, stairs_up 4.2×"
     falls = [{"section": "stairs_up"}, {"section": "landing"}]
     assert screen.cell({**base, "falls": falls}) == "fell: stairs_up (+1)"
     stalled = {**base, "crossed": False, "end": "stalled", "section_reached": "stairs_down"}
