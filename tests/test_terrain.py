@@ -102,6 +102,28 @@ def test_rows_rise_in_difficulty():
     assert set(terrain.types) == {"bumps", "slope_up", "slope_down", "stairs_up", "stairs_down", "blocks"}
 
 
+@pytest.mark.parametrize("kind", ["stairs_up", "stairs_down", "slope_up", "slope_down"])
+def test_up_and_down_are_what_a_robot_leaving_the_spawn_platform_does(kind):
+    """Robots spawn at a tile's centre and leave it outwards: on "stairs_up" / "slope_up" (a pit, a
+    valley) the ground rises step by step from the platform to the tile's edge, on the "down"
+    kinds (a pyramid, a hill) it falls, as legged_gym names its stairs. Hardest row, from the
+    platform's edge (1.0 m out) to the tile's (2.0 m): 3 treads of 0.31 m, each 0.05 + 0.18 =
+    0.23 m, or 1.0 m of slope at 0.4."""
+    cfg = TerrainConfig(kind="rough", num_rows=2, num_cols=1, tile_size=4.0, border=1.0, proportions={kind: 1.0})
+    terrain = Terrain.generate(cfg)
+    tile, border = round(cfg.tile_size / cfg.horizontal_scale), round(cfg.border / cfg.horizontal_scale)
+    centre = border + tile + tile // 2  # row 1 (the hardest), along x through the spawn point
+    outwards = terrain.heights[centre : border + 2 * tile + 1, border + tile // 2]  # centre to the edge
+    oz = terrain.origins[1, 0, 2]
+    assert oz == pytest.approx(outwards[0])  # robots spawn at the centre, on the ground
+    rises = np.diff(outwards)
+    up = kind.endswith("_up")
+    assert np.all(rises >= -1e-9) if up else np.all(rises <= 1e-9)
+    total = 3 * 0.23 if kind.startswith("stairs") else 0.4 * 1.0
+    assert outwards[-1] - outwards[0] == pytest.approx(total if up else -total, abs=1e-6)
+    assert outwards[-1] == pytest.approx(0.0, abs=1e-9)  # the tile's edge at the border's height
+
+
 def test_bad_terrain_config_names_field():
     with pytest.raises(ValueError, match=r"proportions.*lava"):
         TerrainConfig(kind="rough", proportions={"lava": 1.0}).validate()

@@ -86,7 +86,8 @@ spec() {
     # (rough_dc_ppo's it. 263), --env-override terrain.horizontal_scale=0.05; since session 18
     # rough_sharp_spd_ppo (rough_sharp_ppo's it. 950, rewards.constraint_weights.speed_limits=-1.0:
     # policies/configs/aow_rough_ppo.yaml); since session 19 rough_stairs_ppo (its it. 1305, stairs up
-    # on 0.3 of the columns; stopped at it. 1412).
+    # on 0.3 of the columns; stopped at it. 1412; trained stepping down, resumed since session 20
+    # it climbs: training.sim.terrain.OUTWARD_RISE).
     rough_lowent_np3o | rough_dc_np3o | rough_dc_ppo | rough_sharp_np3o | rough_sharp_ppo | rough_sharp_spd_ppo | \
       rough_stairs_ppo)
       echo "$rough_envs" ;;

@@ -3,8 +3,10 @@
 The rough terrain follows Rudin et al. ("Learning to walk in minutes", legged_gym): a grid of
 square tiles, one row per difficulty level (row index along x) and one column per sub-terrain
 type (random bumps, slopes up and down, stairs up and down, discrete blocks up to 20 cm), with a
-flat border around it. A curriculum moves each robot to a harder row after a long walk and to an
-easier row after a failure.
+flat border around it. "Up" and "down" are what a robot does leaving the tile's centre, where it
+spawns: out of a pit up the stairs, down from a pyramid (legged_gym's naming; OUTWARD_RISE). A
+curriculum moves each robot to a harder row after a long walk and to an easier row after a
+failure.
 
 One array, two users: :class:`Terrain` generates heights in metres, :meth:`Terrain.add_to_spec`
 hands them to MuJoCo as a height field, and :class:`HeightSampler` reads the *compiled model's*
@@ -128,20 +130,31 @@ def _chebyshev_radius(n: int, cfg: TerrainConfig) -> np.ndarray:
     return np.maximum(np.abs(x), np.abs(y))
 
 
+# Robots spawn on a tile's centre platform and leave it outwards, so a kind is named after what
+# the robot does leaving it, as legged_gym names its pair of stairs ("stairs up": the negative
+# step height, a pit): "slope_up" / "stairs_up" is a valley / pit the robot climbs out of,
+# "slope_down" / "stairs_down" a pyramid it walks down from. Before session 20 the signs were
+# the other way round (the names described the tile seen from outside), so older runs' levels
+# "stairs_up" measured stepping down (issue 23; docs/locomotion.md).
+OUTWARD_RISE = {"slope_up": 1.0, "slope_down": -1.0, "stairs_up": 1.0, "stairs_down": -1.0}
+
+
 def _slope(n: int, cfg: TerrainConfig, difficulty: float, rng: np.random.Generator, sign: float) -> np.ndarray:
-    """Pyramid: ground rises (sign +1) or falls (-1) from the edges to a flat top platform."""
+    """A pyramid around the flat spawn platform: the ground rises (sign +1: a valley) or falls
+    (-1: a hill) from the platform outwards."""
     half = (n - 1) * cfg.horizontal_scale / 2.0
     r = np.clip(_chebyshev_radius(n, cfg), cfg.platform_size / 2.0, half)
-    return sign * difficulty * cfg.max_slope * (half - r)
+    return sign * difficulty * cfg.max_slope * (r - half)
 
 
 def _stairs(n: int, cfg: TerrainConfig, difficulty: float, rng: np.random.Generator, sign: float) -> np.ndarray:
-    """Pyramid stairs: steps of ``step_height`` up (sign +1) or down (-1) towards the centre."""
+    """Pyramid stairs around the spawn platform: steps of ``step_height`` up (sign +1: a pit) or
+    down (-1: a pyramid) from the platform outwards, the tile's edge at height 0."""
     step = cfg.step_height[0] + difficulty * cfg.step_height[1]
     half = (n - 1) * cfg.horizontal_scale / 2.0
     r = np.clip(_chebyshev_radius(n, cfg), cfg.platform_size / 2.0, half)
     # +1e-9: a vertex exactly on a step edge belongs to the step nearer the centre.
-    return sign * step * np.floor((half - r) / cfg.step_width + 1e-9)
+    return -sign * step * np.floor((half - r) / cfg.step_width + 1e-9)
 
 
 def _blocks(n: int, cfg: TerrainConfig, difficulty: float, rng: np.random.Generator) -> np.ndarray:
@@ -169,9 +182,9 @@ def _make_tile(kind: str, n: int, cfg: TerrainConfig, difficulty: float, rng: np
     if kind == "bumps":
         return _bumps(n, cfg, difficulty, rng)
     if kind in ("slope_up", "slope_down"):
-        return _slope(n, cfg, difficulty, rng, 1.0 if kind == "slope_up" else -1.0)
+        return _slope(n, cfg, difficulty, rng, OUTWARD_RISE[kind])
     if kind in ("stairs_up", "stairs_down"):
-        return _stairs(n, cfg, difficulty, rng, 1.0 if kind == "stairs_up" else -1.0)
+        return _stairs(n, cfg, difficulty, rng, OUTWARD_RISE[kind])
     if kind == "blocks":
         return _blocks(n, cfg, difficulty, rng)
     raise ValueError(f"unknown sub-terrain {kind!r} (known: {SUB_TERRAINS})")
