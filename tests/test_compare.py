@@ -8,7 +8,15 @@ from pathlib import Path
 import pytest
 import torch
 
-from training.compare import main, markdown_so_far, markdown_table, run_dir_for, summarize, summarize_so_far
+from training.compare import (
+    main,
+    markdown_so_far,
+    markdown_table,
+    read_metrics,
+    run_dir_for,
+    summarize,
+    summarize_so_far,
+)
 
 
 @pytest.fixture(autouse=True)
@@ -158,3 +166,56 @@ def test_compare_max_minutes_stops_and_the_same_command_continues(tmp_path, caps
     assert len(segments) == 2  # started, then resumed
     for run in ("ppo_s0", "ppo_s1", "np3o_s0", "np3o_s1"):
         assert (out / "runs" / run / "model_3.pt").is_file()
+
+
+@pytest.mark.parametrize("jobs", [1, 2])
+def test_sigterm_stops_a_comparison_with_checkpoints_and_the_same_command_continues(tmp_path, jobs):
+    """aow-compare under SIGTERM (systemd, ``timeout``, a lent machine taken back) ends like
+    --max-minutes: every run in progress checkpoints the iteration under way, none starts after,
+    the table so far is written; nothing is lost (the same command resumes from there)."""
+    import os
+    import signal
+    import subprocess
+    import sys
+    import time
+
+    from tests.test_runner import TINY_FLAGS
+    from training.checkpoint import load_checkpoint
+
+    repo = Path(__file__).resolve().parents[1]
+    out = tmp_path / "cmp"
+    args = [
+        "--task", "toy_speed_limit", "--algos", "ppo,np3o", "--seeds", "2", "--out", str(out),
+        "--num-envs", "8", "--steps-per-env", "8", "--threads", "1", "--jobs", str(jobs), *TINY_FLAGS,
+    ]  # fmt: skip
+    proc = subprocess.Popen(
+        [sys.executable, "-m", "training.compare", *args, "--iterations", "100000"],
+        cwd=repo,
+        env=dict(os.environ, PYTHONPATH=str(repo)),
+        stdout=subprocess.PIPE,
+        stderr=subprocess.PIPE,
+        text=True,
+    )
+    started = [out / "runs" / name / "metrics.jsonl" for name in ("ppo_s0", "np3o_s0")[:jobs]]
+    try:
+        deadline = time.monotonic() + 120
+        while not all(m.is_file() and m.read_text().count("\n") >= 2 for m in started):
+            assert proc.poll() is None and time.monotonic() < deadline, proc.communicate()
+            time.sleep(0.1)
+        proc.send_signal(signal.SIGTERM)
+        stdout, stderr = proc.communicate(timeout=120)
+    finally:
+        proc.kill()
+    assert proc.returncode == 0 and "Traceback" not in stderr, stderr
+    assert "SIGTERM: stopped; 4 of 4 runs" in stdout
+    for metrics in started:  # each run in progress ended on a checkpoint of its last iteration
+        run = metrics.parent
+        last = max(int(p.stem.split("_")[1]) for p in run.glob("model_*.pt"))
+        assert last >= 2 and load_checkpoint(run / f"model_{last}.pt")["iteration"] == last
+        assert len(read_metrics(run)) == last
+    assert not (out / "runs" / "ppo_s1").exists()  # not started after the stop
+    assert (out / "table_so_far.md").is_file() and not (out / "table.md").exists()
+    first = started[0].parent
+    reached = max(int(p.stem.split("_")[1]) for p in first.glob("model_*.pt"))
+    assert main([*args, "--iterations", str(reached + 1), "--algos", "ppo", "--seeds", "1"]) == 0
+    assert load_checkpoint(first / f"model_{reached + 1}.pt")["iteration"] == reached + 1

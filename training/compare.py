@@ -8,7 +8,8 @@ algorithm and seed; a run already finished there is reused and an interrupted on
 so a comparison can be continued by running the same command again. ``--max-minutes`` bounds one
 such call (a session on a shared machine): the runs under way stop with a checkpoint when the time
 is up, the ones not reached are not started, no table is written yet, and the same command
-continues them later. Results, once every run has reached its iterations:
+continues them later. SIGTERM or a first Ctrl-C ends a call the same way at once (with --jobs the
+workers are told too). Results, once every run has reached its iterations:
 
 - ``OUT/table.md``: final reward and violations per episode, mean (± standard deviation over
   seeds), one row per algorithm, as the paper's Table II. "Final" = the mean over the last
@@ -25,8 +26,10 @@ from __future__ import annotations
 import argparse
 import json
 import math
+import signal
 import sys
 import time
+from collections.abc import Callable
 from concurrent.futures import ProcessPoolExecutor
 from pathlib import Path
 from typing import Any
@@ -37,7 +40,7 @@ from aow_policy.fileio import atomic_output, atomic_write_bytes
 from training.algorithms import ALGORITHMS
 from training.config import ConfigError, TrainConfig, apply_override
 from training.run_files import RunFileError, read_jsonl
-from training.train import COST_LIMIT_HELP
+from training.train import COST_LIMIT_HELP, StopRequest
 
 DISPLAY_NAMES = {
     "ppo": "PPO (unconstrained)",
@@ -70,15 +73,21 @@ def run_dir_for(out: Path, algo: str, seed: int) -> Path:
     return out / "runs" / f"{algo}_s{seed}"
 
 
-def train_one(cfg_dict: dict[str, Any], run_dir: str, threads: int | None, deadline: float | None = None) -> bool:
+def train_one(
+    cfg_dict: dict[str, Any],
+    run_dir: str,
+    threads: int | None,
+    deadline: float | None = None,
+    stop_requested: Callable[[], bool] | None = None,
+) -> bool:
     """Train (or finish) one run; with ``deadline`` (a ``time.time()``), stop with a checkpoint after
-    the first iteration that ends past it, and do not start at all once it has passed. Returns
-    whether the run reached its iterations. Runs in a worker process with --jobs."""
+    the first iteration that ends past it, and do not start at all once it has passed; the same
+    once ``stop_requested()`` (SIGTERM, Ctrl-C). Returns whether the run reached its iterations."""
     import torch
 
     from training.runner import Runner
 
-    if deadline is not None and time.time() >= deadline:
+    if (deadline is not None and time.time() >= deadline) or (stop_requested is not None and stop_requested()):
         return _finished(cfg_dict, Path(run_dir))
     if threads:
         torch.set_num_threads(threads)
@@ -87,8 +96,43 @@ def train_one(cfg_dict: dict[str, Any], run_dir: str, threads: int | None, deadl
     resume = any(path.glob("model_*.pt"))
     runner = Runner(cfg, path, resume=resume, progress=False)
     if runner.iteration < cfg.iterations:
-        runner.learn(time_budget_s=None if deadline is None else max(0.0, deadline - time.time()))
+        budget = None if deadline is None else max(0.0, deadline - time.time())
+        runner.learn(time_budget_s=budget, stop_requested=stop_requested)
     return runner.iteration >= cfg.iterations
+
+
+_worker_stopped = False  # in a --jobs worker: a stop arrived; no further run starts there
+
+
+def _note_worker_stop(signum: int, frame: object) -> None:
+    global _worker_stopped
+    _worker_stopped = True
+
+
+def _worker_init() -> None:
+    """A --jobs worker between runs: a stop is noted, not fatal (the pool would break)."""
+    for sig in (signal.SIGINT, signal.SIGTERM):
+        signal.signal(sig, _note_worker_stop)
+
+
+def _train_in_worker(cfg_dict: dict[str, Any], run_dir: str, threads: int | None, deadline: float | None) -> bool:
+    """:func:`train_one` in a --jobs worker process, stopping with a checkpoint on SIGTERM (which
+    the parent forwards) or Ctrl-C (which the terminal sends to every process of the group)."""
+    global _worker_stopped
+    if _worker_stopped:
+        return _finished(cfg_dict, Path(run_dir))
+    with StopRequest("aow-compare worker") as stop:
+        done = train_one(cfg_dict, run_dir, threads, deadline, stop)
+    _worker_stopped = _worker_stopped or stop()
+    return done
+
+
+def _stop_workers() -> None:
+    """Forward a stop to the --jobs workers: each checkpoints the iteration in progress and ends."""
+    import multiprocessing
+
+    for worker in multiprocessing.active_children():
+        worker.terminate()  # SIGTERM: the worker's StopRequest, not a kill
 
 
 def _finished(cfg_dict: dict[str, Any], run_dir: Path) -> bool:
@@ -312,7 +356,8 @@ def build_parser() -> argparse.ArgumentParser:
         type=float,
         help="stop after this many minutes: runs under way end with a checkpoint, runs not reached are not "
         "started, and the same command continues them (table.md is written once every run is done; until "
-        "then table_so_far.md: the finished runs' table and where the others stand)",
+        "then table_so_far.md: the finished runs' table and where the others stand); SIGTERM or a first "
+        "Ctrl-C stops the same way at once",
     )
     p.add_argument(
         "--so-far",
@@ -407,20 +452,27 @@ def main(argv: list[str] | None = None) -> int:
     # Seed-major order: a comparison stopped early still has every algorithm on the first seeds.
     order = sorted(configs, key=lambda key: (key[1], algos.index(key[0])))
     jobs = [(configs[key], str(run_dir_for(args.out, *key))) for key in order]
+    configs_by_dir = {run_dir: cfg for cfg, run_dir in jobs}
     finished: dict[str, bool] = {}
+    # SIGTERM or a first Ctrl-C: every run in progress ends with a checkpoint, none starts after.
+    stop = StopRequest("aow-compare", on_stop=_stop_workers if args.jobs > 1 else None)
     try:
-        with tqdm(total=len(jobs), desc="aow-compare", unit="run") as bar:
+        with stop, tqdm(total=len(jobs), desc="aow-compare", unit="run") as bar:
             if args.jobs == 1:
                 for cfg, run_dir in jobs:
                     bar.set_postfix_str(Path(run_dir).name)
-                    finished[run_dir] = train_one(cfg, run_dir, args.threads, deadline)
+                    finished[run_dir] = train_one(cfg, run_dir, args.threads, deadline, stop)
                     bar.update(1)
             else:
-                with ProcessPoolExecutor(max_workers=args.jobs) as pool:
+                with ProcessPoolExecutor(max_workers=args.jobs, initializer=_worker_init) as pool:
                     futures = {
-                        run_dir: pool.submit(train_one, cfg, run_dir, args.threads, deadline) for cfg, run_dir in jobs
+                        run_dir: pool.submit(_train_in_worker, cfg, run_dir, args.threads, deadline)
+                        for cfg, run_dir in jobs
                     }
                     for run_dir, future in futures.items():
+                        if stop() and future.cancel():
+                            finished[run_dir] = _finished(configs_by_dir[run_dir], Path(run_dir))
+                            continue
                         finished[run_dir] = future.result()
                         bar.set_postfix_str(Path(run_dir).name)
                         bar.update(1)
@@ -429,7 +481,8 @@ def main(argv: list[str] | None = None) -> int:
         return 1
     unfinished = [run_dir for run_dir, done in finished.items() if not done]
     if unfinished:
-        print(f"aow-compare: time budget of {args.max_minutes:g} min reached; {len(unfinished)} of {len(jobs)} runs")
+        why = f"{stop.signal_name}: stopped" if stop() else f"time budget of {args.max_minutes:g} min reached"
+        print(f"aow-compare: {why}; {len(unfinished)} of {len(jobs)} runs")
         for run_dir in unfinished:
             metrics = Path(run_dir) / "metrics.jsonl"
             reached = len(read_metrics(Path(run_dir))) if metrics.is_file() else 0

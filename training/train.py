@@ -23,6 +23,7 @@ import argparse
 import signal
 import sys
 import time
+from collections.abc import Callable
 from pathlib import Path
 
 from training.algorithms import ALGORITHMS
@@ -220,7 +221,9 @@ class StopRequest:
     """SIGTERM (systemd, docker, ``timeout``, a lent machine being taken back) or a first Ctrl-C:
     finish the iteration in progress, checkpoint it and exit; a second Ctrl-C stops at once."""
 
-    def __init__(self) -> None:
+    def __init__(self, program: str = "aow-train", on_stop: Callable[[], None] | None = None) -> None:
+        self.program = program
+        self.on_stop = on_stop  # called once, at the first signal (aow-compare: tell its workers)
         self.signal_name: str | None = None
         self._previous = {sig: signal.getsignal(sig) for sig in (signal.SIGINT, signal.SIGTERM)}
 
@@ -237,11 +240,14 @@ class StopRequest:
         name = signal.Signals(signum).name
         if self.signal_name is not None and signum == signal.SIGINT:
             raise KeyboardInterrupt
+        first = self.signal_name is None
         self.signal_name = self.signal_name or name
         print(
-            f"\naow-train: {name}: stopping after this iteration (checkpointed; Ctrl-C again stops now)",
+            f"\n{self.program}: {name}: stopping after this iteration (checkpointed; Ctrl-C again stops now)",
             file=sys.stderr,
         )
+        if first and self.on_stop is not None:
+            self.on_stop()
 
     def __call__(self) -> bool:
         return self.signal_name is not None
