@@ -189,12 +189,35 @@ def table(drives: list[Drive], results: list[dict[str, Any]]) -> tuple[str, dict
     return "\n".join(lines) + "\n", summary
 
 
+def by_speed_table(drives: list[Drive], results: list[dict[str, Any]]) -> str:
+    """With several fields: a row per policy, a column per speed, each cell the fields on which
+    the drive passed ("2 of 3"): which speeds fail everywhere (the stairs are the same on every
+    field) and which on one field's blocks."""
+    speeds = sorted({d.speed for d in drives if d.strip.layout != "block"})
+    tally: dict[str, dict[float, list[bool]]] = {}
+    for d, r in zip(drives, results, strict=True):
+        if d.strip.layout != "block":
+            tally.setdefault(d.policy, {}).setdefault(d.speed, []).append(bool(r["passes"]))
+    lines = [
+        "Passed per speed, over the fields:",
+        "",
+        "| policy | " + " | ".join(f"{v:g} m/s" for v in speeds) + " |",
+        "| --- | " + " | ".join("---" for _ in speeds) + " |",
+    ]
+    for name, by_speed in tally.items():
+        cells = [f"{sum(by_speed[v])} of {len(by_speed[v])}" if v in by_speed else "" for v in speeds]
+        lines.append(f"| {name} | " + " | ".join(cells) + " |")
+    return "\n".join(lines) + "\n"
+
+
 def report(
     drives: list[Drive], results: list[dict[str, Any]], identities: dict[str, dict[str, Any]]
 ) -> tuple[str, dict[str, Any]]:
     """screen.md's text and screen.json's content; ``identities``: :func:`sim2sim.evaluate.policy_identity`
     per policy (what names it once its file is gone)."""
     text, summary = table(drives, results)
+    if len({d.seed for d in drives if d.strip.layout != "block"}) > 1:
+        text += "\n" + by_speed_table(drives, results)
     named = "\n".join(identity_line(name, identity) for name, identity in identities.items())
     md = (
         "# Course screen (with the map only)\n\n"

@@ -52,6 +52,8 @@ def test_screen_tables_each_policy_per_speed_and_seed_from_worker_processes(tmp_
     row = next(line for line in md.splitlines() if line.startswith("| b |"))
     cells = [c.strip() for c in row.split("|")[2:-1]]
     assert cells[0].startswith("time limit: ") and re.fullmatch(r"pass 0\.9\d", cells[1]) and cells[4] == "2 of 4"
+    by_speed = md.split("Passed per speed, over the fields:")[1]  # two fields: a table per speed
+    assert "| policy | 0.5 m/s | 1 m/s |" in by_speed and "| b | 0 of 2 | 2 of 2 |" in by_speed
     # the roller that speeds up where its scan shows relief is faster over the mild course's obstacles
     fast = {(d["policy"], d["seed"]): d["mean_speed"] for d in data["drives"] if d["speed"] == 1.0}
     assert fast[("relief", 7)] > fast[("b", 7)]

@@ -87,9 +87,10 @@ spec() {
     # rough_sharp_spd_ppo (rough_sharp_ppo's it. 950, rewards.constraint_weights.speed_limits=-1.0:
     # policies/configs/aow_rough_ppo.yaml); since session 19 rough_stairs_ppo (its it. 1305, stairs up
     # on 0.3 of the columns; stopped at it. 1412; trained stepping down, resumed since session 20
-    # it climbs: training.sim.terrain.OUTWARD_RISE).
+    # it climbs: training.sim.terrain.OUTWARD_RISE); since session 20 rough_climb_ppo
+    # (rough_sharp_spd_ppo's it. 1409, stairs up, now climbing, on 0.3 of the columns).
     rough_lowent_np3o | rough_dc_np3o | rough_dc_ppo | rough_sharp_np3o | rough_sharp_ppo | rough_sharp_spd_ppo | \
-      rough_stairs_ppo)
+      rough_stairs_ppo | rough_climb_ppo)
       echo "$rough_envs" ;;
     rough_style_np3o) echo "$rough_envs --task aow_rough_style --algo np3o ${kappa[*]} $moving $symmetric $reversals" ;;
     rough_style_ppo)
