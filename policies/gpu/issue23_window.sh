@@ -24,8 +24,10 @@ runs_from=${RUNS_FROM:-$repo/policies/runs}
 flat_envs=${FLAT_ENVS:-4096}
 rough_envs=${ROUGH_ENVS:-16384}  # one rough run alone on the GPU (measured: ~118k env-steps/s on an H200)
 read -r -a placement <<< "${PLACEMENT:---device cuda --backend mujoco_warp}"  # PLACEMENT: for a dry run on a CPU
-# Since session 19: the PPO rough line (the N-P3O one is shipped; policies/runs/README.md).
-read -r -a wanted <<< "${RUNS:-rough_sharp_spd_ppo}"
+# Since session 20: the PPO rough line's climbing fork, the lever under test that most needs a long
+# stretch (the plain line, RUNS=rough_sharp_spd_ppo, has been getting worse on the course since
+# it. 1430; the N-P3O one is shipped; policies/runs/README.md).
+read -r -a wanted <<< "${RUNS:-rough_climb_ppo}"
 kappa=(--set algo_params.kappa_init=0.1 --set algo_params.kappa_max=0.2)
 moving="--env-override rewards.air_time_gate=moving"
 constraint_rewards="--env-override rewards.constraint_rewards=true"
