@@ -160,29 +160,31 @@ def drive_course(
     return course_run_of(result, operator, course, blank_map), course
 
 
+def _section_spans(course: Course) -> dict[str, tuple[float, float]]:
+    """Each section's x range clipped to the start and the finish line (sections behind the start
+    or past the finish left out): the stretch :func:`section_times` and :func:`section_pace` time."""
+    spans = {}
+    for section in course.sections:
+        lo, hi = max(section.x_start, course.start[0]), min(section.x_end, course.finish_x)
+        if hi > lo:
+            spans[section.name] = (lo, hi)
+    return spans
+
+
 def section_times(time: np.ndarray, x: np.ndarray, course: Course) -> dict[str, float | None]:
     """Seconds the base took through each section between the start and the finish line: from the
     first time its x reaches the section's start to the first time it reaches the section's end
     (backing up and coming again counts in). None for a section it never got through."""
-    lo_limit, hi_limit = course.start[0], course.finish_x
     times: dict[str, float | None] = {}
-    for section in course.sections:
-        lo, hi = max(section.x_start, lo_limit), min(section.x_end, hi_limit)
-        if hi <= lo:
-            continue  # behind the start or past the finish
+    for name, (lo, hi) in _section_spans(course).items():
         entered, left = np.flatnonzero(x >= lo), np.flatnonzero(x >= hi)
-        times[section.name] = float(time[left[0]] - time[entered[0]]) if len(left) else None
+        times[name] = float(time[left[0]] - time[entered[0]]) if len(left) else None
     return times
 
 
 def section_pace(course: Course, speed: float) -> dict[str, float]:
     """Seconds each section of :func:`section_times` takes at the commanded ``speed``."""
-    lo_limit, hi_limit = course.start[0], course.finish_x
-    return {
-        s.name: (min(s.x_end, hi_limit) - max(s.x_start, lo_limit)) / speed
-        for s in course.sections
-        if min(s.x_end, hi_limit) > max(s.x_start, lo_limit)
-    }
+    return {name: (hi - lo) / speed for name, (lo, hi) in _section_spans(course).items()}
 
 
 def course_run_of(result: Any, driver: LineDriver, course: Course, blank_map: bool) -> CourseRun:
