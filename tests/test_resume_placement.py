@@ -236,3 +236,18 @@ def test_a_locomotion_run_from_a_cuda_machine_continues_here_with_its_environmen
     written = load_checkpoint(run / "model_3.pt")
     assert written["config"]["device"] == "cpu"
     assert len(written["runner_state"]["ranks"][0]["env"]["generator"]) == len(state)  # a CPU generator's state now
+
+
+def test_a_resume_drops_metric_lines_past_the_checkpoint_and_cut_off_ones_and_says_so(tmp_path):
+    Runner(tiny_config("np3o", 3), tmp_path, progress=False, tensorboard=False).learn()
+    metrics = tmp_path / "metrics.jsonl"
+    lines = metrics.read_text().splitlines()
+    assert [json.loads(line)["iteration"] for line in lines] == [0, 1, 2]
+    # a record past the checkpoint, a line cut off mid-write in the middle and one at the end
+    metrics.write_text(lines[0] + "\n" + '{"iteration": 1, "mean_rew\n' + "\n".join(lines[1:]) + "\n"
+                       + json.dumps({"iteration": 3}) + "\n" + '{"itera')  # fmt: skip
+    r = Runner(tiny_config("np3o", 4), tmp_path, resume=True, progress=False, tensorboard=False)
+    assert r.iteration == 3
+    assert [json.loads(line)["iteration"] for line in metrics.read_text().splitlines()] == [0, 1, 2]
+    assert [rec["iteration"] for rec in r.history] == [0, 1, 2]
+    assert "metrics.jsonl line(s) [2, 6] not JSON (cut off mid-write): dropped" in r.resume_notes

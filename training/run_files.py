@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import json
+from collections.abc import Callable
 from pathlib import Path
 from typing import Any
 
@@ -13,11 +14,13 @@ class RunFileError(ValueError):
     """A run's record file that cannot be read (a line other than the last is not JSON)."""
 
 
-def read_jsonl(path: Path) -> list[dict[str, Any]]:
+def read_jsonl(path: Path, on_bad_line: Callable[[int, str], None] | None = None) -> list[dict[str, Any]]:
     """The records of a run's ``metrics.jsonl`` or ``segments.jsonl`` (empty where there is no
     file). A last line that is not JSON is skipped: a running trainer is writing it right now,
     and a reader beside it (aow-status, ``aow-compare --so-far``, the curves) must not fail on
-    it. Any earlier line that is not JSON raises :class:`RunFileError` naming file and line."""
+    it. Any earlier line that is not JSON raises :class:`RunFileError` naming file and line,
+    unless ``on_bad_line`` is given: then every such line (the last included) is skipped and
+    reported to it as (line number, reason), which is what a resume does with its own file."""
     if not path.is_file():
         return []
     lines = path.read_text().splitlines()
@@ -28,9 +31,10 @@ def read_jsonl(path: Path) -> list[dict[str, Any]]:
         try:
             rows.append(json.loads(line))
         except json.JSONDecodeError as e:
-            if number == len(lines):
-                continue
-            raise RunFileError(f"{path}:{number}: not JSON ({e.msg})") from None
+            if on_bad_line is not None:
+                on_bad_line(number, e.msg)
+            elif number != len(lines):
+                raise RunFileError(f"{path}:{number}: not JSON ({e.msg})") from None
     return rows
 
 

@@ -32,6 +32,7 @@ from training.checkpoint import CheckpointError, latest_checkpoint, load_checkpo
 from training.config import PLACEMENT_FIELDS, TrainConfig
 from training.distributed import DistContext
 from training.networks import ActorCritic, convert_legacy_cost_critics
+from training.run_files import read_jsonl
 from training.scan_transfer import ScanTransferError, add_height_scan, needs_height_scan
 
 
@@ -320,19 +321,17 @@ class RunnerCheckpoints:
         return (self.cfg.seed * 1_000_003 + 7_919 * self.iteration + 104_729 * self.dist.rank + stream) % (2**63)
 
     def _trim_metrics(self) -> None:
-        """Drop metric records past the resumed iteration (written after the last checkpoint)."""
+        """Drop metric records past the resumed iteration (written after the last checkpoint),
+        and any line that is not JSON (a kill mid-write), saying which in the resume notes."""
         if not self.dist.is_main or self.run_dir is None:
             return
         path = self.run_dir / "metrics.jsonl"
         if not path.is_file():
             return
-        kept = []
-        for line in path.read_text().splitlines():
-            try:
-                rec = json.loads(line)
-            except json.JSONDecodeError:
-                continue
-            if rec.get("iteration", math.inf) < self.iteration:
-                kept.append(line)
-        atomic_write_text(path, "".join(k + "\n" for k in kept))
-        self.history = [json.loads(k) for k in kept]
+        bad: list[int] = []
+        records = read_jsonl(path, on_bad_line=lambda number, _reason: bad.append(number))
+        kept = [r for r in records if r.get("iteration", math.inf) < self.iteration]
+        if bad:
+            self.resume_notes.append(f"metrics.jsonl line(s) {bad} not JSON (cut off mid-write): dropped")
+        atomic_write_text(path, "".join(json.dumps(r) + "\n" for r in kept))
+        self.history = kept
