@@ -12,8 +12,12 @@ x speeds: "pass" with the mean speed, or why not (where it fell or stalled, or t
 Screen on one block field and confirm on another. The course and the operator are deterministic,
 so a checkpoint chosen because it passes every speed on seed 1616 is chosen partly for its luck
 there; ``--seed 1616 2323`` drives a second field of blocks (the slopes and stairs are the same)
-and the table says whether the choice holds on both. The chosen policy then goes through
-``sim2sim.evaluate`` (the whole bar, blanked map included) before anyone believes it.
+and the table says whether the choice holds on both. The fields share their stairs, though, and
+whether a gait climbs a riser can turn on where in its stride it meets it: moving the start 10 cm
+along the lead-in (``--spawn 1.0 1.1 1.2``) changes that, and with several starts the by-speed
+table gives each speed's crossing rate, a figure one drive per speed cannot. The chosen policy
+then goes through ``sim2sim.evaluate`` (the whole bar, blanked map included) before anyone
+believes it.
 
 Writes ``OUT/screen.md`` and ``OUT/screen.json`` when ``--out`` is given; prints the table.
 """
@@ -21,6 +25,7 @@ Writes ``OUT/screen.md`` and ``OUT/screen.json`` when ``--out`` is given; prints
 from __future__ import annotations
 
 import argparse
+import dataclasses
 import json
 import multiprocessing
 import os
@@ -36,7 +41,7 @@ from aow_policy.fileio import atomic_write_text
 from aow_policy.policy_contract import PolicyContractError
 from export.checkpoint_source import ExportError
 from sim2sim import course_eval, evaluate
-from sim2sim.course import COURSE_SEED, CourseConfig
+from sim2sim.course import COURSE_SEED, CourseConfig, generate_course
 from sim2sim.evaluate import identity_line, policy_identity
 from sim2sim.policy_args import named_path_items
 from training.checkpoint import CheckpointError
@@ -54,7 +59,8 @@ BLOCK = evaluate.BLOCK
 
 @dataclass(frozen=True)
 class Drive:
-    """One run with the map: a policy over a strip at a speed, on a seed."""
+    """One run with the map: a policy over a strip at a speed, on a seed; ``column``: the table
+    column it fills."""
 
     policy: str
     path: str
@@ -63,13 +69,7 @@ class Drive:
     seed: int
     time_limit: float | None
     stand_up: float
-
-    @property
-    def column(self) -> str:
-        """The table column this drive fills."""
-        if self.strip.layout == "block":
-            return "block"  # it has no random part: one drive, whatever the seeds
-        return f"{self.speed:g} m/s, seed {self.seed}"
+    column: str
 
 
 def drive(d: Drive) -> dict[str, Any]:
@@ -132,15 +132,47 @@ def drives_for(
     *,
     block: bool = False,
     time_limit: float | None = None,
+    spawns: list[float] | None = None,
 ) -> list[Drive]:
-    """Every drive of a screen: each policy at each speed on each seed, and the block once at 1.0 m/s."""
+    """Every drive of a screen: each policy at each speed on each seed from each start (``spawns``,
+    metres along the lead-in; None: the strips' own), and the block at 1.0 m/s from each start (it
+    has no random part: one drive per start, whatever the seeds). Columns name the start only when
+    several are driven."""
+    starts: list[float | None] = list(spawns) if spawns else [None]
+
+    def at(strip: CourseConfig, spawn: float | None) -> CourseConfig:
+        return strip if spawn is None else dataclasses.replace(strip, spawn=spawn)
+
+    def named(column: str, spawn: float | None) -> str:
+        return column if len(starts) == 1 else f"{column}, start {spawn:g} m"
+
     drives = []
     for name, path in policies.items():
         for seed in seeds:
-            drives += [Drive(name, str(path), COURSE, speed, seed, time_limit, STAND_UP_S) for speed in speeds]
+            for speed in speeds:
+                for spawn in starts:
+                    column = named(f"{speed:g} m/s, seed {seed}", spawn)
+                    drives.append(
+                        Drive(name, str(path), at(COURSE, spawn), speed, seed, time_limit, STAND_UP_S, column)
+                    )
         if block:
-            drives.append(Drive(name, str(path), BLOCK, BLOCK_SPEED, seeds[0], time_limit, STAND_UP_S))
+            for spawn in starts:
+                strip = at(BLOCK, spawn)
+                drives.append(
+                    Drive(name, str(path), strip, BLOCK_SPEED, seeds[0], time_limit, STAND_UP_S, named("block", spawn))
+                )
     return drives
+
+
+def check_spawns(spawns: list[float], block: bool) -> None:
+    """Each start must lie on the lead-in of every strip driven (a later flat section would skip
+    obstacles); a ValueError names the one that does not."""
+    for spawn in spawns:
+        for strip in (COURSE, BLOCK) if block else (COURSE,):
+            course = generate_course(dataclasses.replace(strip, spawn=spawn))
+            section = course.section_at(course.start[0])
+            if section != "lead_in":
+                raise ValueError(f"--spawn {spawn:g} m lies on the {strip.layout} strip's {section}, not its lead-in")
 
 
 def screen(drives: list[Drive], jobs: int = 1, progress: bool = True) -> list[dict[str, Any]]:
@@ -190,24 +222,34 @@ def table(drives: list[Drive], results: list[dict[str, Any]]) -> tuple[str, dict
 
 
 def by_speed_table(drives: list[Drive], results: list[dict[str, Any]]) -> str:
-    """With several fields: a row per policy, a column per speed, each cell the fields on which
-    the drive passed ("2 of 3"): which speeds fail everywhere (the stairs are the same on every
-    field) and which on one field's blocks."""
+    """With several fields or starts: a row per policy, a column per speed (and the block), each
+    cell the drives that passed ("2 of 3"): which speeds fail everywhere (the stairs are the same
+    on every field) and which on one field's blocks or from some starts only."""
     speeds = sorted({d.speed for d in drives if d.strip.layout != "block"})
-    tally: dict[str, dict[float, list[bool]]] = {}
+    keys: list[float | str] = [*speeds, *(["block"] if any(d.strip.layout == "block" for d in drives) else [])]
+    tally: dict[str, dict[float | str, list[bool]]] = {}
     for d, r in zip(drives, results, strict=True):
-        if d.strip.layout != "block":
-            tally.setdefault(d.policy, {}).setdefault(d.speed, []).append(bool(r["passes"]))
-    lines = [
-        "Passed per speed, over the fields:",
-        "",
-        "| policy | " + " | ".join(f"{v:g} m/s" for v in speeds) + " |",
-        "| --- | " + " | ".join("---" for _ in speeds) + " |",
+        key = "block" if d.strip.layout == "block" else d.speed
+        tally.setdefault(d.policy, {}).setdefault(key, []).append(bool(r["passes"]))
+    over = [
+        what for what, varied in (("fields", repeats(drives, "seed")), ("starts", repeats(drives, "spawn"))) if varied
     ]
-    for name, by_speed in tally.items():
-        cells = [f"{sum(by_speed[v])} of {len(by_speed[v])}" if v in by_speed else "" for v in speeds]
+    lines = [
+        f"Passed per speed, over the {' and '.join(over)}:",
+        "",
+        "| policy | " + " | ".join(k if isinstance(k, str) else f"{k:g} m/s" for k in keys) + " |",
+        "| --- | " + " | ".join("---" for _ in keys) + " |",
+    ]
+    for name, by_key in tally.items():
+        cells = [f"{sum(by_key[k])} of {len(by_key[k])}" if k in by_key else "" for k in keys]
         lines.append(f"| {name} | " + " | ".join(cells) + " |")
     return "\n".join(lines) + "\n"
+
+
+def repeats(drives: list[Drive], what: str) -> bool:
+    """Whether the course drives vary in ``what`` ("seed": the field of blocks, "spawn": the start)."""
+    values = {d.seed if what == "seed" else d.strip.spawn for d in drives if d.strip.layout != "block"}
+    return len(values) > 1
 
 
 def report(
@@ -216,7 +258,7 @@ def report(
     """screen.md's text and screen.json's content; ``identities``: :func:`sim2sim.evaluate.policy_identity`
     per policy (what names it once its file is gone)."""
     text, summary = table(drives, results)
-    if len({d.seed for d in drives if d.strip.layout != "block"}) > 1:
+    if repeats(drives, "seed") or repeats(drives, "spawn"):
         text += "\n" + by_speed_table(drives, results)
     named = "\n".join(identity_line(name, identity) for name, identity in identities.items())
     md = (
@@ -314,6 +356,14 @@ def build_parser() -> argparse.ArgumentParser:
         default=[COURSE_SEED],
         help="seeds of the course's block field (default %(default)s); a second one confirms a choice",
     )
+    p.add_argument(
+        "--spawn",
+        type=float,
+        nargs="+",
+        metavar="M",
+        help="starts, metres from the strip's start along its flat lead-in (default: the strip's, 1.0 m); several "
+        "(1.0 1.1 1.2) meet each riser in another phase of the gait and give a crossing rate per speed",
+    )
     p.add_argument("--block", action="store_true", help="also the 20 cm block at 1.0 m/s (experiment A)")
     p.add_argument("--time-limit", type=float, help="seconds of driving per run (default: the strip at half speed)")
     p.add_argument(
@@ -333,8 +383,14 @@ def main(argv: list[str] | None = None) -> int:
         policies = checkpoints_to_screen(named_path_items(args.policy, directories=True), args.last)
         for speed in args.speed:
             course_eval.check_speed(speed)
-        if len(set(args.speed)) != len(args.speed) or len(set(args.seed)) != len(args.seed):
-            raise ValueError("a speed or seed is given twice")
+        spawns = args.spawn or []
+        if (
+            len(set(args.speed)) != len(args.speed)
+            or len(set(args.seed)) != len(args.seed)
+            or len(set(spawns)) != len(spawns)
+        ):
+            raise ValueError("a speed, seed or start is given twice")
+        check_spawns(spawns, args.block)
         if args.time_limit is not None and not args.time_limit > 0:
             raise ValueError(f"--time-limit must be positive, got {args.time_limit}")
         if args.jobs < 1:
@@ -349,7 +405,9 @@ def main(argv: list[str] | None = None) -> int:
             identities = {name: policy_identity(path) for name, path in policies.items()}
         except (PolicyContractError, ExportError, CheckpointError) as e:
             parser.error(str(e))
-        drives = drives_for(policies, args.speed, args.seed, block=args.block, time_limit=args.time_limit)
+        drives = drives_for(
+            policies, args.speed, args.seed, block=args.block, time_limit=args.time_limit, spawns=args.spawn
+        )
         results = screen(drives, jobs=min(args.jobs, len(drives)), progress=not args.no_progress)
     md, payload = report(drives, results, identities)
     if args.out is not None:

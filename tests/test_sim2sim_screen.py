@@ -87,6 +87,32 @@ def test_block_is_driven_once_whatever_the_seeds(tmp_path):
     assert drives[-1].speed == screen.BLOCK_SPEED and drives[-1].strip.layout == "block"
 
 
+def test_several_starts_drive_every_speed_and_the_block_from_each(tmp_path):
+    policy = tmp_path / "p.onnx"
+    policy.write_bytes(b"")
+    drives = screen.drives_for({"p": policy}, [0.5, 1.0], [1], block=True, spawns=[1.0, 1.2])
+    assert [d.column for d in drives] == [
+        "0.5 m/s, seed 1, start 1 m", "0.5 m/s, seed 1, start 1.2 m", "1 m/s, seed 1, start 1 m",
+        "1 m/s, seed 1, start 1.2 m", "block, start 1 m", "block, start 1.2 m"]  # fmt: skip
+    assert [d.strip.spawn for d in drives] == [1.0, 1.2, 1.0, 1.2, 1.0, 1.2]
+    assert [d.strip.layout for d in drives] == ["course"] * 4 + ["block"] * 2
+    one = screen.drives_for({"p": policy}, [0.5], [1], spawns=[1.2])  # one start: named as without
+    assert [(d.column, d.strip.spawn) for d in one] == [("0.5 m/s, seed 1", 1.2)]
+
+
+def test_the_by_speed_table_gives_each_speeds_crossing_rate_over_the_starts(tmp_path):
+    policy = tmp_path / "p.onnx"
+    drives = screen.drives_for({"p": policy}, [0.5, 1.0], [1], block=True, spawns=[1.0, 1.1, 1.2])
+    passes = [True, False, True, False, False, False, True, True, False]  # 0.5 x3, 1.0 x3, block x3
+    results = [{"passes": ok, "mean_speed": 0.5, "crossed": ok, "falls": [], "fault": None, "end": "stalled",
+                "section_reached": "stairs_up", "final_section": "stairs_up"} for ok in passes]  # fmt: skip
+    md, payload = screen.report(drives, results, {})
+    by_speed = md.split("Passed per speed, over the starts:")[1]
+    assert "| policy | 0.5 m/s | 1 m/s | block |" in by_speed
+    assert "| p | 2 of 3 | 0 of 3 | 2 of 3 |" in by_speed
+    assert payload["summary"]["p"]["passed"] == 4 and payload["summary"]["p"]["of"] == 9
+
+
 @pytest.mark.parametrize(
     ("args", "message"),
     [
@@ -98,6 +124,9 @@ def test_block_is_driven_once_whatever_the_seeds(tmp_path):
         (["{p}", "--time-limit", "-1"], "--time-limit"),
         (["{p}"], "not a loadable ONNX model"),  # an empty file: refused before any worker starts
         (["{p}", "--last", "0"], "--last"),
+        (["{p}", "--spawn", "1.0", "1.0"], "given twice"),
+        (["{p}", "--spawn", "11"], "--spawn 11 m lies on the course strip's flat_1, not its lead-in"),
+        (["{p}", "--spawn", "6"], "course spawn 6.0 m lies on slope_up"),
         (["missing_dir/"], "no file or directory"),
     ],
 )
