@@ -45,6 +45,9 @@ mean speed. ``--course-only`` leaves the flat sequences out. Results go into the
 (the JSON key ``course``). Several speeds (``--speed 0.5 0.75 1.0``: issue 23's bar spans 0.5 - 1.0
 m/s) drive the course once per speed, each under its own heading and JSON key (``course_0.5``,
 ``course_0.75``, ``course_1``), and end with a table of the bar per speed (``course_bar_by_speed``).
+Several block fields (``--seed``) or starts along the lead-in (``--spawn 1.0 1.1 1.2``: whether a
+gait climbs a riser can turn on where in its stride it meets it) drive each speed on each and add
+a table of how many drives passed per speed (``course_over_fields``).
 
 With ``--block`` each policy also drives the source paper's robot experiment A, "traversing a 20 cm
 high block with 1.0 m/s command to the front": a 4 m run-up, one 20 cm step up onto a 1.2 m long
@@ -59,6 +62,7 @@ applies to every strip driven (default: each strip's length at half its speed). 
 from __future__ import annotations
 
 import argparse
+import dataclasses
 import hashlib
 import json
 import sys
@@ -68,7 +72,7 @@ from typing import Any
 
 from aow_policy.fileio import atomic_write_text
 from sim2sim import course_eval
-from sim2sim.course import COURSE_SEED, CourseConfig, block_config
+from sim2sim.course import COURSE_SEED, CourseConfig, block_config, generate_course
 from sim2sim.policy_args import parse_named_paths
 from training.sim.model import LEG_ACTUATOR_MODELS
 
@@ -393,6 +397,15 @@ def build_parser() -> argparse.ArgumentParser:
         "many blanked runs crossed without one",
     )
     g.add_argument(
+        "--spawn",
+        type=float,
+        nargs="+",
+        metavar="M",
+        help="start(s) of the course, metres from its start along the flat lead-in (default: the course's, 1.0 m); "
+        "several drive each speed from each start (the gait meets each riser in another phase) and add the table "
+        "over the fields and starts; the block is driven once, from its own start",
+    )
+    g.add_argument(
         "--time-limit",
         type=float,
         help="seconds of driving per course or block run (default: the strip's length at half its speed)",
@@ -444,6 +457,18 @@ def main(argv: list[str] | None = None) -> int:
         message = "several --seed values drive the course on several block fields (--course); the block has none"
         print(f"sim2sim.evaluate: error: {message}", file=sys.stderr)
         return 2
+    spawns = args.spawn or []
+    if spawns and not course:
+        print("sim2sim.evaluate: error: --spawn sets where the terrain course starts (--course)", file=sys.stderr)
+        return 2
+    if len(set(spawns)) != len(spawns):
+        print(f"sim2sim.evaluate: error: --spawn: a start given twice in {spawns}", file=sys.stderr)
+        return 2
+    try:
+        check_course_spawns(spawns)
+    except ValueError as e:
+        print(f"sim2sim.evaluate: error: --spawn: {e}", file=sys.stderr)
+        return 2
     if course:
         try:
             for speed in speeds:
@@ -491,14 +516,21 @@ def main(argv: list[str] | None = None) -> int:
         }
     # Each strip driven: its part of the markdown under a heading naming it, its JSON key. One
     # speed keeps the key "course"; several give one "course_<speed>" each and a table of the bar;
-    # several block fields add "_seed<seed>" to each key and a table over the fields.
+    # several block fields add "_seed<seed>" to each key, several starts "_start<m>", and either
+    # adds a table over the drives of each speed.
     several = course and len(speeds) > 1
-    fields = len(seeds) > 1
-    driven = seeds if course else []
-    strips = [(course_key(sp, several, sd if fields else None), COURSE, sp, sd) for sd in driven for sp in speeds]
+    fields, starts = len(seeds) > 1, len(spawns) > 1
+    places = [(sd, sp) for sd in seeds for sp in (spawns or [None])] if course else []
+    strips = []
+    for sd, start in places:
+        config = COURSE if start is None else dataclasses.replace(COURSE, spawn=start)
+        for speed in speeds:
+            key = course_key(speed, several, sd if fields else None, start if starts else None)
+            where = (f", block field seed {sd}" if fields else "") + (f", start {start:g} m" if starts else "")
+            strips.append((key, config, speed, sd, where))
     if block:
-        strips.append(("block", BLOCK, BLOCK_SPEED, COURSE_SEED))  # the block has no random part
-    for key, config, speed, seed in strips:
+        strips.append(("block", BLOCK, BLOCK_SPEED, COURSE_SEED, ""))  # the block has no random part
+    for key, config, speed, seed, where in strips:
         part, payload[key] = evaluate_strip(
             policies,
             config,
@@ -509,21 +541,32 @@ def main(argv: list[str] | None = None) -> int:
             leg_actuators=legs,
         )
         title = course_eval.strip_title(config) + (f" at {speed:g} m/s" if several and key != "block" else "")
-        title += f", block field seed {seed}" if fields and key != "block" else ""
-        heading = f"## {title}\n\n{part}"
+        heading = f"## {title}{where}\n\n{part}"
         table = f"{table}\n{heading}" if table else heading
     if several:
-        for sd in seeds:
-            suffix = f"_seed{sd}" if fields else ""
-            by_speed = bar_by_speed({sp: payload[course_key(sp, True, sd if fields else None)] for sp in speeds})
+        for sd, start in places:
+            suffix = (f"_seed{sd}" if fields else "") + (f"_start{start:g}" if starts else "")
+            keys = {sp: course_key(sp, True, sd if fields else None, start if starts else None) for sp in speeds}
+            by_speed = bar_by_speed({sp: payload[key] for sp, key in keys.items()})
             payload[f"course_bar_by_speed{suffix}"] = by_speed
-            where = f" (block field seed {sd})" if fields else ""
+            where = ", ".join(
+                [*([f"block field seed {sd}"] if fields else []), *([f"start {start:g} m"] if starts else [])]
+            )
+            where = f" ({where})" if where else ""
             heading = f"## The course bar over speeds{where}\n\n{bar_by_speed_markdown(by_speed, speeds)}"
             table = f"{table}\n{heading}"
-    if fields and course:
-        drives = {(sd, sp): payload[course_key(sp, several, sd)] for sd in seeds for sp in speeds}
+    if (fields or starts) and course:
+        drives = {
+            (sd, start, sp): payload[course_key(sp, several, sd if fields else None, start if starts else None)]
+            for sd, start in places
+            for sp in speeds
+        }
         payload["course_over_fields"] = over_fields(drives)
-        heading = f"## Over the block fields (seeds {', '.join(str(sd) for sd in seeds)})\n\n"
+        over = [
+            *([f"block fields (seeds {', '.join(str(sd) for sd in seeds)})"] if fields else []),
+            *([f"starts ({', '.join(f'{sp:g}' for sp in spawns)} m)"] if starts else []),
+        ]
+        heading = f"## Over the {' and the '.join(over)}\n\n"
         table = f"{table}\n{heading}{over_fields_markdown(payload['course_over_fields'], speeds)}"
     payload["leg_actuators"] = legs
     payload["identities"] = identities
@@ -541,23 +584,34 @@ def main(argv: list[str] | None = None) -> int:
     return 0
 
 
-def course_key(speed: float, several: bool, seed: int | None = None) -> str:
+def course_key(speed: float, several: bool, seed: int | None = None, start: float | None = None) -> str:
     """The JSON key of one course drive: "course", or "course_<speed>" where several speeds ran,
-    then "_seed<seed>" where several block fields were driven."""
+    then "_seed<seed>" where several block fields were driven and "_start<m>" where several starts."""
     key = f"course_{speed:g}" if several else "course"
-    return key if seed is None else f"{key}_seed{seed}"
+    key = key if seed is None else f"{key}_seed{seed}"
+    return key if start is None else f"{key}_start{start:g}"
 
 
-def over_fields(drives: dict[tuple[int, float], dict[str, Any]]) -> dict[str, dict[str, Any]]:
-    """Per policy and commanded speed, over the block fields ((seed, speed) -> a strip's results):
+def check_course_spawns(spawns: list[float]) -> None:
+    """Each start must lie on the course's lead-in (a later flat section would skip obstacles)."""
+    for spawn in spawns:
+        course = generate_course(dataclasses.replace(COURSE, spawn=spawn))
+        section = course.section_at(course.start[0])
+        if section != "lead_in":
+            raise ValueError(f"{spawn:g} m lies on the course's {section}, not its lead-in")
+
+
+def over_fields(drives: dict[tuple[Any, ...], dict[str, Any]]) -> dict[str, dict[str, Any]]:
+    """Per policy and commanded speed, over the block fields and starts ((seed, start, speed) -> a
+    strip's results; the speed last):
     how many drives passed the course bar, how many map runs met its map part (crossed at speed
     without a fall), and how many blanked runs crossed without a fall; then the same over all
-    speeds. One drive per field is the repetition the deterministic simulation allows."""
+    speeds. The simulation is deterministic: the drives repeat over fields and starts, not runs."""
     names = next(iter(drives.values()))["bar"].keys()
     result: dict[str, dict[str, Any]] = {}
     for name in names:
         per_speed: dict[str, dict[str, int]] = {}
-        for (_, speed), strip in drives.items():
+        for (*_, speed), strip in drives.items():
             bar, blank = strip["bar"][name], strip["policies"][name]["blank"]
             row = per_speed.setdefault(f"{speed:g}", {"drives": 0, "bar": 0, "map_run": 0, "blank_clean": 0})
             row["drives"] += 1

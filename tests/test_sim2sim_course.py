@@ -524,6 +524,10 @@ def test_evaluate_course_at_several_speeds_tables_the_bar_per_speed(tmp_path, mo
         (["--course", "--speed", "0.5", "0.5"], "twice"),  # and given once
         (["--block-only", "--seed", "7", "8"], "several --seed values"),  # several fields need the course
         (["--course", "--seed", "7", "7"], "--seed: a seed given twice"),
+        (["--block-only", "--spawn", "1.2"], "--spawn sets where the terrain course starts"),
+        (["--course", "--spawn", "1", "1"], "--spawn: a start given twice"),
+        (["--course", "--spawn", "11"], "--spawn: 11 m lies on the course's flat_1, not its lead-in"),
+        (["--course", "--spawn", "9"], "--spawn: course spawn 9.0 m lies on slope_down"),
     ],
 )
 def test_evaluate_course_speeds_and_seeds_are_checked(tmp_path, capsys, args, message):
@@ -554,3 +558,21 @@ def test_evaluate_course_on_several_block_fields_tables_the_drives_over_them(tmp
     assert "## Over the block fields (seeds 7, 8)" in md
     assert "| relief | 1 m/s | 2 of 2 | 2 of 2 | 2 of 2 |" in md
     assert "| relief | all speeds | 2 of 4 | 2 of 4 | 2 of 4 |" in md
+
+
+def test_evaluate_course_from_several_starts_tables_the_drives_over_them(tmp_path, monkeypatch):
+    """--spawn 1.0 1.2 with --speed 0.5 1.0: each speed from each start along the lead-in
+    ("course_0.5_start1.2", ...), the bar per speed per start, and the table over the starts."""
+    out, data = _relief_at_half_and_full_speed(tmp_path, monkeypatch, "--spawn", "1.0", "1.2")
+    assert {k for k in data if k.startswith("course_")} == {
+        "course_0.5_start1", "course_1_start1", "course_0.5_start1.2", "course_1_start1.2",
+        "course_bar_by_speed_start1", "course_bar_by_speed_start1.2", "course_over_fields",
+    }  # fmt: skip
+    x0 = generate_course(MILD_COURSE).start[0]
+    assert data["course_1_start1.2"]["description"]["start_xy"][0] == pytest.approx(x0 + 0.2)
+    assert data["course_over_fields"]["relief"]["all"] == {"drives": 4, "bar": 2, "map_run": 2, "blank_clean": 2}
+    md = (out / "evaluation.md").read_text()
+    assert "## Terrain course at 1 m/s, start 1.2 m" in md
+    assert "## The course bar over speeds (start 1 m)" in md
+    assert "## Over the starts (1, 1.2 m)" in md
+    assert "| relief | 0.5 m/s | 0 of 2 | 0 of 2 | 0 of 2 |" in md
