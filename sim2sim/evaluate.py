@@ -465,7 +465,7 @@ def main(argv: list[str] | None = None) -> int:
         print(f"sim2sim.evaluate: error: --spawn: a start given twice in {spawns}", file=sys.stderr)
         return 2
     try:
-        check_course_spawns(spawns)
+        check_spawns(spawns)
     except ValueError as e:
         print(f"sim2sim.evaluate: error: --spawn: {e}", file=sys.stderr)
         return 2
@@ -592,13 +592,15 @@ def course_key(speed: float, several: bool, seed: int | None = None, start: floa
     return key if start is None else f"{key}_start{start:g}"
 
 
-def check_course_spawns(spawns: list[float]) -> None:
-    """Each start must lie on the course's lead-in (a later flat section would skip obstacles)."""
+def check_spawns(spawns: list[float], strips: tuple[CourseConfig, ...] | None = None) -> None:
+    """Each start must lie on the lead-in of each strip (default: the course); a later flat
+    section would skip obstacles. A ValueError names the start and where it lies instead."""
     for spawn in spawns:
-        course = generate_course(dataclasses.replace(COURSE, spawn=spawn))
-        section = course.section_at(course.start[0])
-        if section != "lead_in":
-            raise ValueError(f"{spawn:g} m lies on the course's {section}, not its lead-in")
+        for strip in strips if strips is not None else (COURSE,):
+            course = generate_course(dataclasses.replace(strip, spawn=spawn))
+            section = course.section_at(course.start[0])
+            if section != "lead_in":
+                raise ValueError(f"{spawn:g} m lies on the {strip.layout} strip's {section}, not its lead-in")
 
 
 def over_fields(drives: dict[tuple[Any, ...], dict[str, Any]]) -> dict[str, dict[str, Any]]:

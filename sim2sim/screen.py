@@ -41,7 +41,7 @@ from aow_policy.fileio import atomic_write_text
 from aow_policy.policy_contract import PolicyContractError
 from export.checkpoint_source import ExportError
 from sim2sim import course_eval, evaluate
-from sim2sim.course import COURSE_SEED, CourseConfig, generate_course
+from sim2sim.course import COURSE_SEED, CourseConfig
 from sim2sim.evaluate import identity_line, policy_identity
 from sim2sim.policy_args import named_path_items
 from training.checkpoint import CheckpointError
@@ -162,17 +162,6 @@ def drives_for(
                     Drive(name, str(path), strip, BLOCK_SPEED, seeds[0], time_limit, STAND_UP_S, named("block", spawn))
                 )
     return drives
-
-
-def check_spawns(spawns: list[float], block: bool) -> None:
-    """Each start must lie on the lead-in of every strip driven (a later flat section would skip
-    obstacles); a ValueError names the one that does not."""
-    for spawn in spawns:
-        for strip in (COURSE, BLOCK) if block else (COURSE,):
-            course = generate_course(dataclasses.replace(strip, spawn=spawn))
-            section = course.section_at(course.start[0])
-            if section != "lead_in":
-                raise ValueError(f"--spawn {spawn:g} m lies on the {strip.layout} strip's {section}, not its lead-in")
 
 
 def screen(drives: list[Drive], jobs: int = 1, progress: bool = True) -> list[dict[str, Any]]:
@@ -390,7 +379,10 @@ def main(argv: list[str] | None = None) -> int:
             or len(set(spawns)) != len(spawns)
         ):
             raise ValueError("a speed, seed or start is given twice")
-        check_spawns(spawns, args.block)
+        try:
+            evaluate.check_spawns(spawns, (COURSE, BLOCK) if args.block else (COURSE,))
+        except ValueError as e:
+            raise ValueError(f"--spawn: {e}") from None
         if args.time_limit is not None and not args.time_limit > 0:
             raise ValueError(f"--time-limit must be positive, got {args.time_limit}")
         if args.jobs < 1:

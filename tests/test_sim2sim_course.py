@@ -526,7 +526,7 @@ def test_evaluate_course_at_several_speeds_tables_the_bar_per_speed(tmp_path, mo
         (["--course", "--seed", "7", "7"], "--seed: a seed given twice"),
         (["--block-only", "--spawn", "1.2"], "--spawn sets where the terrain course starts"),
         (["--course", "--spawn", "1", "1"], "--spawn: a start given twice"),
-        (["--course", "--spawn", "11"], "--spawn: 11 m lies on the course's flat_1, not its lead-in"),
+        (["--course", "--spawn", "11"], "--spawn: 11 m lies on the course strip's flat_1, not its lead-in"),
         (["--course", "--spawn", "9"], "--spawn: course spawn 9.0 m lies on slope_down"),
     ],
 )

@@ -125,7 +125,7 @@ def test_the_by_speed_table_gives_each_speeds_crossing_rate_over_the_starts(tmp_
         (["{p}"], "not a loadable ONNX model"),  # an empty file: refused before any worker starts
         (["{p}", "--last", "0"], "--last"),
         (["{p}", "--spawn", "1.0", "1.0"], "given twice"),
-        (["{p}", "--spawn", "11"], "--spawn 11 m lies on the course strip's flat_1, not its lead-in"),
+        (["{p}", "--spawn", "11"], "--spawn: 11 m lies on the course strip's flat_1, not its lead-in"),
         (["{p}", "--spawn", "6"], "course spawn 6.0 m lies on slope_up"),
         (["missing_dir/"], "no file or directory"),
     ],
