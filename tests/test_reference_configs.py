@@ -119,22 +119,26 @@ def test_the_ppo_rough_line_trains_with_the_ppo_rough_recipe():
         assert getattr(task, section) == getattr(recipe_task, section), section
 
 
-def test_the_shipped_rough_policy_was_trained_with_the_rough_recipe():
-    """policies/aow_rough_np3o's saved config is the recipe's (reached branch by branch), and its
+@pytest.mark.parametrize(
+    ("name", "algo", "iteration"), [("aow_rough_np3o", "np3o", 818), ("aow_rough_ppo", "ppo", 1416)]
+)
+def test_the_shipped_rough_policies_were_trained_with_their_rough_recipes(name, algo, iteration):
+    """Each shipped rough policy's saved config is its recipe's (reached branch by branch), and its
     checkpoint (stripped) and ONNX contract name the task, the algorithm, the iteration and the
     leg drive model it trained with."""
     from training.checkpoint import load_checkpoint
 
-    shipped = Path(__file__).resolve().parents[1] / "policies" / "aow_rough_np3o"
-    recipe = load_config_yaml(CONFIGS / "aow_rough_np3o.yaml")
+    shipped = Path(__file__).resolve().parents[1] / "policies" / name
+    recipe = load_config_yaml(CONFIGS / f"{name}.yaml")
     cfg = load_config_yaml(shipped / "config.yaml")
     assert (cfg.task, cfg.algo, cfg.num_envs) == (recipe.task, recipe.algo, recipe.num_envs)
     assert cfg.network == recipe.network and cfg.algo_params == recipe.algo_params and cfg.ppo == recipe.ppo
     task, recipe_task = task_config(cfg.task, **cfg.env_overrides), task_config(recipe.task, **recipe.env_overrides)
     for section in ("rewards", "commands", "terminations", "costs", "observations", "terrain", "sim"):
         assert getattr(task, section) == getattr(recipe_task, section), section
-    ckpt = load_checkpoint(shipped / "model_818.pt")
-    assert (ckpt["iteration"], ckpt["config"]["task"], ckpt["config"]["algo"]) == (818, "aow_rough_style", "np3o")
+    ckpt = load_checkpoint(shipped / f"model_{iteration}.pt")
+    assert (ckpt["iteration"], ckpt["config"]["task"], ckpt["config"]["algo"]) == (iteration, "aow_rough_style", algo)
     assert "runner_state" not in ckpt
     contract = (shipped / "policy.yaml").read_text()
-    assert "task: aow_rough_style, algorithm: np3o, iteration: 818" in contract and "leg_actuator: dc_motor" in contract
+    assert f"task: aow_rough_style, algorithm: {algo}, iteration: {iteration}" in contract
+    assert "leg_actuator: dc_motor" in contract

@@ -43,7 +43,7 @@ def test_shipped_policy_completes_a_short_sim_to_sim_run(path: Path):
 
 
 def test_there_are_shipped_policies():
-    assert {p.parent.name for p in POLICIES} >= {"aow_flat_np3o", "aow_flat_ppo", "aow_rough_np3o"}
+    assert {p.parent.name for p in POLICIES} >= {"aow_flat_np3o", "aow_flat_ppo", "aow_rough_np3o", "aow_rough_ppo"}
 
 
 def test_sample_bag_replays(tmp_path: Path):
