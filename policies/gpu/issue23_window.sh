@@ -24,10 +24,11 @@ runs_from=${RUNS_FROM:-$repo/policies/runs}
 flat_envs=${FLAT_ENVS:-4096}
 rough_envs=${ROUGH_ENVS:-16384}  # one rough run alone on the GPU (measured: ~118k env-steps/s on an H200)
 read -r -a placement <<< "${PLACEMENT:---device cuda --backend mujoco_warp}"  # PLACEMENT: for a dry run on a CPU
-# Since session 20: the PPO rough line's climbing fork, the lever under test that most needs a long
-# stretch (the plain line, RUNS=rough_sharp_spd_ppo, has been getting worse on the course since
-# it. 1430; the N-P3O one is shipped; policies/runs/README.md).
-read -r -a wanted <<< "${RUNS:-rough_climb_ppo}"
+# Since session 21: the PPO rough line's tracking-kernel fork (rough_track_ppo), the lever under
+# test (the plain line, RUNS=rough_sharp_spd_ppo, and the climbing fork, rough_climb_ppo, got
+# worse on the course as they trained; the N-P3O and PPO rough policies are shipped;
+# policies/runs/README.md).
+read -r -a wanted <<< "${RUNS:-rough_track_ppo}"
 kappa=(--set algo_params.kappa_init=0.1 --set algo_params.kappa_max=0.2)
 moving="--env-override rewards.air_time_gate=moving"
 constraint_rewards="--env-override rewards.constraint_rewards=true"
@@ -90,9 +91,10 @@ spec() {
     # policies/configs/aow_rough_ppo.yaml); since session 19 rough_stairs_ppo (its it. 1305, stairs up
     # on 0.3 of the columns; stopped at it. 1412; trained stepping down, resumed since session 20
     # it climbs: training.sim.terrain.OUTWARD_RISE); since session 20 rough_climb_ppo
-    # (rough_sharp_spd_ppo's it. 1409, stairs up, now climbing, on 0.3 of the columns).
+    # (rough_sharp_spd_ppo's it. 1409, stairs up, now climbing, on 0.3 of the columns); since
+    # session 21 rough_track_ppo (rough_sharp_spd_ppo's it. 1416, rewards.tracking_sharpness=4.0).
     rough_lowent_np3o | rough_dc_np3o | rough_dc_ppo | rough_sharp_np3o | rough_sharp_ppo | rough_sharp_spd_ppo | \
-      rough_stairs_ppo | rough_climb_ppo)
+      rough_stairs_ppo | rough_climb_ppo | rough_track_ppo)
       echo "$rough_envs" ;;
     rough_style_np3o) echo "$rough_envs --task aow_rough_style --algo np3o ${kappa[*]} $moving $symmetric $reversals" ;;
     rough_style_ppo)
