@@ -521,13 +521,18 @@ def main(argv: list[str] | None = None) -> int:
     several = course and len(speeds) > 1
     fields, starts = len(seeds) > 1, len(spawns) > 1
     places = [(sd, sp) for sd in seeds for sp in (spawns or [None])] if course else []
+
+    def place_key(speed: float, sd: int, start: float | None, several_speeds: bool = several) -> str:
+        return course_key(speed, several_speeds, sd if fields else None, start if starts else None)
+
+    def place_words(sd: int, start: float | None) -> list[str]:
+        return [*([f"block field seed {sd}"] if fields else []), *([f"start {start:g} m"] if starts else [])]
+
     strips = []
     for sd, start in places:
         config = COURSE if start is None else dataclasses.replace(COURSE, spawn=start)
-        for speed in speeds:
-            key = course_key(speed, several, sd if fields else None, start if starts else None)
-            where = (f", block field seed {sd}" if fields else "") + (f", start {start:g} m" if starts else "")
-            strips.append((key, config, speed, sd, where))
+        where = "".join(f", {words}" for words in place_words(sd, start))
+        strips += [(place_key(speed, sd, start), config, speed, sd, where) for speed in speeds]
     if block:
         strips.append(("block", BLOCK, BLOCK_SPEED, COURSE_SEED, ""))  # the block has no random part
     for key, config, speed, seed, where in strips:
@@ -546,21 +551,14 @@ def main(argv: list[str] | None = None) -> int:
     if several:
         for sd, start in places:
             suffix = (f"_seed{sd}" if fields else "") + (f"_start{start:g}" if starts else "")
-            keys = {sp: course_key(sp, True, sd if fields else None, start if starts else None) for sp in speeds}
-            by_speed = bar_by_speed({sp: payload[key] for sp, key in keys.items()})
+            by_speed = bar_by_speed({sp: payload[place_key(sp, sd, start, True)] for sp in speeds})
             payload[f"course_bar_by_speed{suffix}"] = by_speed
-            where = ", ".join(
-                [*([f"block field seed {sd}"] if fields else []), *([f"start {start:g} m"] if starts else [])]
-            )
-            where = f" ({where})" if where else ""
+            words = place_words(sd, start)
+            where = f" ({', '.join(words)})" if words else ""
             heading = f"## The course bar over speeds{where}\n\n{bar_by_speed_markdown(by_speed, speeds)}"
             table = f"{table}\n{heading}"
     if (fields or starts) and course:
-        drives = {
-            (sd, start, sp): payload[course_key(sp, several, sd if fields else None, start if starts else None)]
-            for sd, start in places
-            for sp in speeds
-        }
+        drives = {(sd, start, sp): payload[place_key(sp, sd, start)] for sd, start in places for sp in speeds}
         payload["course_over_fields"] = over_fields(drives)
         over = [
             *([f"block fields (seeds {', '.join(str(sd) for sd in seeds)})"] if fields else []),
