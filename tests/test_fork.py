@@ -88,6 +88,28 @@ def test_a_fork_with_another_task_config_keeps_the_levels_and_restarts_the_episo
     assert fork.iteration == 3 and fork.env.cfg.rewards.weights["hip_range"] == -1.0
 
 
+def test_a_fork_whose_override_sets_the_tasks_own_value_says_so_and_continues_bit_for_bit(parent, tmp_path):
+    """Session 21 forked a line with ``rewards.tracking_sharpness=4.0``, the value its task already
+    had, and read "changed: ..., episodes restart": a lever that was never pulled. The fork now
+    compares the tasks the two configs build."""
+    from training.envs import task_config
+
+    _, at_1, parent_3 = parent
+    base = _config(TASK, 3)
+    assert task_config(TASK, **base.env_overrides).rewards.tracking_sharpness == 4.0
+    overrides = {**base.env_overrides, "rewards.tracking_sharpness": 4.0}
+    cfg = _fork_config(base, at_1, env_overrides=overrides)
+    fork = Runner(cfg, tmp_path / "branch", progress=False, tensorboard=False)
+    assert fork.resume_notes == [
+        f"forked from {at_1} at iteration 1; changed: env_overrides.rewards.tracking_sharpness "
+        "(already the parent's value: the task is unchanged)"
+    ]
+    fork.learn()
+    a, b = load_checkpoint(parent_3), load_checkpoint(tmp_path / "branch" / "model_3.pt")
+    for key, value in a["model"].items():
+        assert torch.equal(value, b["model"][key]), key
+
+
 def test_fork_refuses_what_cannot_continue(parent, tmp_path, capsys):
     at_1 = parent[1]
     with pytest.raises(Exception, match="cannot continue as 'ppo'"):

@@ -104,14 +104,16 @@ def test_the_ppo_rough_recipe_is_the_np3o_one_with_ppo_s_rewards():
         "speed_limits": 10 * default_speed,
     }
     assert default_speed == pytest.approx(-0.1)  # Table I's
+    # legged_gym's velocity kernel exp(-4 e^2) for both (the style tasks'), not Table I's exp(-2 e^2)
+    assert task.rewards.tracking_sharpness == np3o_task.rewards.tracking_sharpness == 4.0
 
 
 def test_the_ppo_rough_line_trains_with_the_ppo_rough_recipe():
-    """The PPO rough line in progress (policies/runs/rough_sharp_spd_ppo, reached branch by branch)
+    """The PPO rough line in progress (policies/runs/rough_track_ppo, reached branch by branch)
     saved the recipe's settings: the recipe says what that line is."""
     runs = Path(__file__).resolve().parents[1] / "policies" / "runs"
     recipe = load_config_yaml(CONFIGS / "aow_rough_ppo.yaml")
-    cfg = load_config_yaml(runs / "rough_sharp_spd_ppo" / "config.yaml")
+    cfg = load_config_yaml(runs / "rough_track_ppo" / "config.yaml")
     assert (cfg.task, cfg.algo, cfg.num_envs) == (recipe.task, recipe.algo, recipe.num_envs)
     assert cfg.network == recipe.network and cfg.algo_params == recipe.algo_params and cfg.ppo == recipe.ppo
     task, recipe_task = task_config(cfg.task, **cfg.env_overrides), task_config(recipe.task, **recipe.env_overrides)

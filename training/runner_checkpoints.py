@@ -58,6 +58,24 @@ def _changed_keys(old: Any, new: Any, prefix: str = "") -> list[str]:
     return [] if old == new else [prefix.rstrip(".")]
 
 
+def same_task_config(a: TrainConfig, b: TrainConfig) -> bool:
+    """Whether two configs build the same task: the same task name, and overrides that resolve to
+    the same task config (an override may set what the task already has). Toy and Gymnasium
+    tasks have no resolved config: equal overrides only."""
+    if a.task != b.task:
+        return False
+    if a.env_overrides == b.env_overrides:
+        return True
+    from training.envs import TASKS, task_config  # MuJoCo and the tasks: only where the overrides differ
+
+    if a.task not in TASKS:
+        return False
+    try:
+        return task_config(a.task, **a.env_overrides) == task_config(b.task, **b.env_overrides)
+    except (TypeError, ValueError):
+        return False
+
+
 def spread_terrain_levels(levels: torch.Tensor, num_envs: int) -> torch.Tensor:
     """The saved per-environment terrain levels handed out over ``num_envs`` environments in the
     same proportions: each level's share of the new environments is within one environment of
@@ -250,10 +268,19 @@ class RunnerCheckpoints:
         for name in (*PLACEMENT_FIELDS, "fork_from", "init_from"):
             mine.pop(name, None)
             theirs.pop(name, None)
-        what = ", ".join(sorted(_changed_keys(theirs, mine))) or "nothing"
+        changed = sorted(_changed_keys(theirs, mine))
+        same_task = stored.env_overrides == self.cfg.env_overrides
+        if not same_task and same_task_config(stored, self.cfg):
+            # An override that sets what the task already has changes nothing: say so, where a
+            # "changed" would let its author believe in a lever that was never pulled.
+            same_task = True
+            unchanged = [k for k in changed if k.startswith("env_overrides.")]
+            changed = [k for k in changed if k not in unchanged]
+            changed.append(f"{', '.join(unchanged)} (already the parent's value: the task is unchanged)")
         self.resumed_from = self._placement(stored)
+        what = ", ".join(changed) or "nothing"
         self.resume_notes = [f"forked from {path} at iteration {int(ckpt['iteration'])}; changed: {what}"]
-        self._continue_from(ckpt, stored, keep_simulation=stored.env_overrides == self.cfg.env_overrides)
+        self._continue_from(ckpt, stored, keep_simulation=same_task)
 
     def _placement(self, cfg: TrainConfig) -> dict[str, Any]:
         return {"device": cfg.device, "backend": cfg.backend, "num_envs": cfg.num_envs}
