@@ -65,8 +65,8 @@ def test_a_comparison_under_way_tables_its_finished_runs_and_lists_the_rest(tmp_
     assert s["algorithms"]["ppo"]["reward"] == [24.0, 0.0]  # over the finished seed only
     assert s["algorithms"]["np3o"]["seeds_finished"] == [] and s["runs"]["ppo_s1"]["finished"] is False
     table = markdown_so_far(s, ["ppo", "np3o"])
-    assert "| PPO (unconstrained) | 0 (of 2) | 24.00 | 500.00 |" in table  # one seed: no spread shown
-    assert "| N-P3O | none (of 2) | n/a |" in table
+    assert "| PPO (unconstrained) | seed 0 (1 of 2) | 24.00 | 500.00 |" in table  # one seed: no spread shown
+    assert "| N-P3O | none (0 of 2) | n/a |" in table
     assert "| ppo_s1 | 5 | 26.00 | 560.00 |" in table and "| ppo_s0 |" not in table
     (run_dir_for(tmp_path, "ppo", 1) / "model_10.pt").write_bytes(b"")  # now both are done
     done = markdown_so_far(summarize_so_far(tmp_path, ["ppo"], [0, 1], iterations=10), ["ppo"])
@@ -152,7 +152,7 @@ def test_compare_max_minutes_stops_and_the_same_command_continues(tmp_path, caps
     assert not (out / "table.md").exists()
     # What there is so far: no finished run yet, ppo_s0 where it stopped.
     so_far = (out / "table_so_far.md").read_text()
-    assert "| PPO (unconstrained) | none (of 2) | n/a" in so_far
+    assert "| PPO (unconstrained) | none (0 of 2) | n/a" in so_far
     assert "| ppo_s0 | 1 |" in so_far and "np3o_s0" not in so_far  # a run never begun is not listed
     assert json.loads((out / "results_so_far.json").read_text())["runs"]["ppo_s0"]["finished"] is False
     (out / "table_so_far.md").unlink()

@@ -228,11 +228,13 @@ def markdown_so_far(summary: dict[str, Any], algos: list[str]) -> str:
     ]
     for algo in algos:
         row = summary["algorithms"][algo]
-        seeds = ", ".join(str(s) for s in row["seeds_finished"]) or "none"
+        done = row["seeds_finished"]
+        # "seed 0 (1 of 2)": a bare "0 (of 2)" read as no seed finished.
+        seeds = f"seed{'s' if len(done) > 1 else ''} {', '.join(str(s) for s in done)}" if done else "none"
         # One finished seed has no spread to show: its value alone, not "± 0.00".
-        one = len(row["seeds_finished"]) == 1
+        one = len(done) == 1
         cells = " | ".join(f"{row[m][0]:.2f}" if one and math.isfinite(row[m][0]) else _cell(*row[m]) for m in columns)
-        lines.append(f"| {DISPLAY_NAMES.get(algo, algo)} | {seeds} (of {n}) | {cells} |")
+        lines.append(f"| {DISPLAY_NAMES.get(algo, algo)} | {seeds} ({len(done)} of {n}) | {cells} |")
     lines += [
         "",
         "Mean (± standard deviation) over each algorithm's finished seeds of the final iterations"
