@@ -24,10 +24,10 @@ runs_from=${RUNS_FROM:-$repo/policies/runs}
 flat_envs=${FLAT_ENVS:-4096}
 rough_envs=${ROUGH_ENVS:-16384}  # one rough run alone on the GPU (measured: ~118k env-steps/s on an H200)
 read -r -a placement <<< "${PLACEMENT:---device cuda --backend mujoco_warp}"  # PLACEMENT: for a dry run on a CPU
-# Since session 21: the PPO rough line's tracking-kernel fork (rough_track_ppo), the lever under
-# test (the plain line, RUNS=rough_sharp_spd_ppo, and the climbing fork, rough_climb_ppo, got
-# worse on the course as they trained; the N-P3O and PPO rough policies are shipped;
-# policies/runs/README.md).
+# Since session 21: the PPO rough line's second continuation from it. 1416 (rough_track_ppo; its
+# override set the task's own tracking kernel, so the task is the plain line's), whose
+# checkpoints cross the course best (the plain line, RUNS=rough_sharp_spd_ppo, and the climbing
+# fork, rough_climb_ppo, got worse on the course as they trained; policies/runs/README.md).
 read -r -a wanted <<< "${RUNS:-rough_track_ppo}"
 kappa=(--set algo_params.kappa_init=0.1 --set algo_params.kappa_max=0.2)
 moving="--env-override rewards.air_time_gate=moving"
