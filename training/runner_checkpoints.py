@@ -269,11 +269,10 @@ class RunnerCheckpoints:
             mine.pop(name, None)
             theirs.pop(name, None)
         changed = sorted(_changed_keys(theirs, mine))
-        same_task = stored.env_overrides == self.cfg.env_overrides
-        if not same_task and same_task_config(stored, self.cfg):
+        same_task = same_task_config(stored, self.cfg)
+        if same_task and stored.env_overrides != self.cfg.env_overrides:
             # An override that sets what the task already has changes nothing: say so, where a
             # "changed" would let its author believe in a lever that was never pulled.
-            same_task = True
             unchanged = [k for k in changed if k.startswith("env_overrides.")]
             changed = [k for k in changed if k not in unchanged]
             changed.append(f"{', '.join(unchanged)} (already the parent's value: the task is unchanged)")

@@ -92,7 +92,8 @@ spec() {
     # on 0.3 of the columns; stopped at it. 1412; trained stepping down, resumed since session 20
     # it climbs: training.sim.terrain.OUTWARD_RISE); since session 20 rough_climb_ppo
     # (rough_sharp_spd_ppo's it. 1409, stairs up, now climbing, on 0.3 of the columns); since
-    # session 21 rough_track_ppo (rough_sharp_spd_ppo's it. 1416, rewards.tracking_sharpness=4.0).
+    # session 21 rough_track_ppo (rough_sharp_spd_ppo's it. 1416; its rewards.tracking_sharpness=4.0 is
+    # the task's own value, so it trains the plain line's task).
     rough_lowent_np3o | rough_dc_np3o | rough_dc_ppo | rough_sharp_np3o | rough_sharp_ppo | rough_sharp_spd_ppo | \
       rough_stairs_ppo | rough_climb_ppo | rough_track_ppo)
       echo "$rough_envs" ;;
