@@ -90,3 +90,25 @@ def test_time_bounded_run_resumed_equals_a_straight_run(tmp_path, task):
     assert [m.split('"time/')[0] for m in metrics_a] == [m.split('"time/')[0] for m in metrics_b]
     straight.env.close()
     resumed.env.close()
+
+
+def test_whole_state_checkpoint_resumes_on_a_backend_without_it(tmp_path, monkeypatch):
+    """A C MuJoCo checkpoint (whole simulation saved) resumed where the env cannot take a whole
+    simulation (MuJoCo Warp has no ``get_state``): the levels and counters carry over, the
+    episodes restart. Session 23's GPU window stopped here: the saved simulation reached the env."""
+    from training.envs.locomotion import LocomotionEnv
+
+    torch.set_num_threads(1)
+    first = Runner(_config("aow_rough_style", 2), tmp_path / "run", progress=False, tensorboard=False)
+    first.learn(time_budget_s=1e-9)
+    saved = load_checkpoint(tmp_path / "run" / "model_1.pt")["runner_state"]["ranks"][0]["env"]
+    assert "exact" in saved
+    first.env.close()
+    monkeypatch.setattr(LocomotionEnv, "resume_exact", property(lambda self: False))
+    resumed = Runner(_config("aow_rough_style", 2), tmp_path / "run", resume=True, progress=False, tensorboard=False)
+    assert resumed.iteration == 1
+    assert torch.equal(resumed.env.curriculum.levels.cpu(), saved["terrain_levels"])
+    assert resumed.env.common_step == saved["common_step"]
+    resumed.learn()
+    assert resumed.iteration == 2
+    resumed.env.close()

@@ -315,8 +315,9 @@ class RunnerCheckpoints:
             self.resume_notes.append("the checkpoint holds no simulation state: episodes restart")
         if full_state and not keep_simulation:
             self.resume_notes.append("the task's config changed: episodes restart")
-        if full_state and not (same_device and same_envs and same_backend and keep_simulation):
-            # A whole simulation state does not move to another device, backend or size: fresh episodes,
+        if not (full_state and same_device and same_envs and same_backend and keep_simulation):
+            # A whole simulation state does not move to another device, backend or size, nor into an
+            # env that cannot hold one (C MuJoCo's checkpoint resumed on MuJoCo Warp): fresh episodes,
             # with the part that does carry over (generator, counters, terrain levels) where the env says which.
             portable = getattr(self.env, "portable_state", None)
             env_state = portable(env_state) if portable is not None and env_state is not None else None
