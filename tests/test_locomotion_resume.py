@@ -112,3 +112,46 @@ def test_whole_state_checkpoint_resumes_on_a_backend_without_it(tmp_path, monkey
     resumed.learn()
     assert resumed.iteration == 2
     resumed.env.close()
+
+
+def test_slim_checkpoints_resume_elsewhere_and_ship(tmp_path):
+    """training.slim_checkpoint: the portable copy (no simulation, no observations) resumes at
+    another number of environments with the terrain levels spread; the policy copy has no runner
+    state; a copy never overwrites its source."""
+    from training.checkpoint import CheckpointError
+    from training.slim_checkpoint import main as slim_main
+    from training.slim_checkpoint import slim_files
+
+    torch.set_num_threads(1)
+    first = Runner(_config("aow_rough_style", 2), tmp_path / "run", progress=False, tensorboard=False)
+    first.learn(time_budget_s=1e-9)
+    first.env.close()
+    src = tmp_path / "run" / "model_1.pt"
+    full = load_checkpoint(src)
+    assert slim_main([str(tmp_path / "run"), "--last", "1", "--out", str(tmp_path / "back")]) == 0
+    slim = load_checkpoint(tmp_path / "back" / "model_1.pt")
+    rank = slim["runner_state"]["ranks"][0]
+    assert "exact" not in rank["env"] and "obs" not in rank
+    assert torch.equal(rank["env"]["terrain_levels"], full["runner_state"]["ranks"][0]["env"]["terrain_levels"])
+    for key, value in full["model"].items():
+        assert torch.equal(value, slim["model"][key]), key
+    assert (tmp_path / "back" / "model_1.pt").stat().st_size < src.stat().st_size
+    assert "exact" in full["runner_state"]["ranks"][0]["env"]  # the source is untouched
+    # The portable copy continues at twice the environments, its levels handed out in proportion.
+    moved = tmp_path / "moved"
+    moved.mkdir()
+    for name in ("config.yaml", "metrics.jsonl", "segments.jsonl"):
+        (moved / name).write_bytes((tmp_path / "run" / name).read_bytes())
+    (moved / "model_1.pt").write_bytes((tmp_path / "back" / "model_1.pt").read_bytes())
+    cfg = _config("aow_rough_style", 2)
+    cfg.num_envs = 8
+    resumed = Runner(cfg, moved, resume=True, progress=False, tensorboard=False)
+    assert resumed.iteration == 1 and any("4 -> 8 environments" in n for n in resumed.resume_notes)
+    assert sorted(resumed.env.curriculum.levels.tolist()) == sorted(2 * rank["env"]["terrain_levels"].tolist())
+    resumed.learn()
+    resumed.env.close()
+    assert slim_main([str(src), "--policy", "--out", str(tmp_path / "ship")]) == 0
+    assert "runner_state" not in load_checkpoint(tmp_path / "ship" / "model_1.pt")
+    with pytest.raises(CheckpointError, match="overwrite its source"):
+        slim_files([src], tmp_path / "run")
+    assert slim_main([str(tmp_path / "nothing"), "--out", str(tmp_path / "x")]) == 1

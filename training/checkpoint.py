@@ -90,6 +90,13 @@ def load_checkpoint(path: str | os.PathLike[str]) -> dict[str, Any]:
     return data
 
 
+def portable_env_state(state: dict[str, Any]) -> dict[str, Any]:
+    """The part of an environment's saved state that carries over to another device, backend or
+    number of environments: its generator, counters and terrain levels, not the whole simulation
+    (``exact``), which only the same placement can restore."""
+    return {k: v for k, v in state.items() if k != "exact"}
+
+
 def run_checkpoints(run_dir: str | os.PathLike[str]) -> list[tuple[int, Path]]:
     """(iteration, path) of every checkpoint in a run directory (``model_<iteration>.pt``), in order."""
     found = []

@@ -1,11 +1,19 @@
 #!/usr/bin/env bash
 # One lent-GPU window for issue 23 (the robot policies): the runs below side by side on one GPU
 # with MuJoCo Warp, each stopped by SIGTERM after DEADLINE_S seconds (aow-train then checkpoints
-# the iteration in progress and exits 0), each run directory packed into OUT/<run>.tar.gz (the
-# last checkpoint, config, metrics, segments, log) to be continued anywhere with --resume.
+# the iteration in progress and exits 0). Into OUT, per run: <run>.tar (config, metrics, segments,
+# log, GPU use) and its last KEEP checkpoints as portable copies (training.slim_checkpoint: no saved
+# simulation, about 3 MB for a rough run; a whole one at 16,384 envs is about 100 MB, over the
+# 16 MiB a file that comes back from a lent machine). Untar, copy the checkpoints into the run
+# directory and continue anywhere with --resume (the terrain levels carry over).
 #
 #   policies/gpu/issue23_window.sh OUT [DEADLINE_S]      # on the GPU machine, after the Warp install
 #   policies/gpu/issue23_window.sh --spec NAME           # the flags run NAME would start with (a check)
+#
+# Check a window here before the GPU time is spent, with the Warp backend on the CPU (what the GPU
+# runs, minus CUDA; session 23's window stopped at start-up on a resume this would have caught):
+#   PLACEMENT="--device cpu --backend mujoco_warp" ROUGH_ENVS=16 FLAT_ENVS=16 RUNS=... \
+#     PYTHON=.venv/bin/python policies/gpu/issue23_window.sh /tmp/window_check 600
 #
 # A run whose directory exists under RUNS_FROM (default policies/runs, the resume checkpoints
 # committed at the end of each session) is resumed from its latest checkpoint with this machine's
@@ -24,11 +32,10 @@ runs_from=${RUNS_FROM:-$repo/policies/runs}
 flat_envs=${FLAT_ENVS:-4096}
 rough_envs=${ROUGH_ENVS:-16384}  # one rough run alone on the GPU (measured: ~118k env-steps/s on an H200)
 read -r -a placement <<< "${PLACEMENT:---device cuda --backend mujoco_warp}"  # PLACEMENT: for a dry run on a CPU
-# Since session 21: the PPO rough line's second continuation from it. 1416 (rough_track_ppo; its
-# override set the task's own tracking kernel, so the task is the plain line's), whose
-# checkpoints cross the course best (the plain line, RUNS=rough_sharp_spd_ppo, and the climbing
-# fork, rough_climb_ppo, got worse on the course as they trained; policies/runs/README.md).
-read -r -a wanted <<< "${RUNS:-rough_track_ppo}"
+# Since session 23: the N-P3O rough line (its shipped it. 818 crosses the course less often than
+# PPO's shipped it. 1600, at 32 M fewer steps). Session 21-22's PPO line, rough_track_ppo (it. 1600
+# shipped), is RUNS=rough_track_ppo.
+read -r -a wanted <<< "${RUNS:-rough_sharp_np3o}"
 kappa=(--set algo_params.kappa_init=0.1 --set algo_params.kappa_max=0.2)
 moving="--env-override rewards.air_time_gate=moving"
 constraint_rewards="--env-override rewards.constraint_rewards=true"
@@ -134,13 +141,18 @@ for name in "${wanted[@]}"; do
 done
 wait "${pids[@]}"
 pkill -P "$smi" 2>/dev/null; kill "$smi" 2>/dev/null
+# At most 8 files come back: per run one tar and KEEP checkpoints.
+keep=${KEEP:-$(( (8 - ${#wanted[@]}) / ${#wanted[@]} ))}
+[ "$keep" -ge 1 ] || keep=1
 for name in "${wanted[@]}"; do
   dir=$work/$name
-  last=$(ls -t "$dir"/model_*.pt 2>/dev/null | head -1)
   tail -3 "$work/$name.log"
   cp "$work/$name.log" "$dir/train.log"
-  files=(config.yaml metrics.jsonl segments.jsonl train.log)
-  [ -n "$last" ] && files+=("$(basename "$last")")
-  tar -czf "$out/$name.tar.gz" -C "$work" $(for f in "${files[@]}"; do [ -e "$dir/$f" ] && echo "$name/$f"; done)
+  [ -f "$out/gpu_usage.csv" ] && cp "$out/gpu_usage.csv" "$dir/gpu_usage.csv"
+  files=(config.yaml metrics.jsonl segments.jsonl train.log gpu_usage.csv)
+  tar -cf "$out/$name.tar" -C "$work" $(for f in "${files[@]}"; do [ -e "$dir/$f" ] && echo "$name/$f"; done)
+  ls "$dir"/model_*.pt >/dev/null 2>&1 && (cd "$repo" && "${PYTHON:-python3}" -m training.slim_checkpoint "$dir" \
+    --last "$keep" --out "$out/$name")
 done
-ls -la "$out"
+rm -f "$out/gpu_usage.csv"
+ls -laR "$out"

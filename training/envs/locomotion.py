@@ -27,6 +27,7 @@ import torch
 from aow_policy.layout import ObservationLayout
 from aow_policy.robot import load_robot
 from aow_policy.violations import any_over, outside_range
+from training.checkpoint import portable_env_state
 from training.envs.config import COMMAND_MODES, TaskConfig
 from training.mdp import commands as cmd
 from training.mdp import costs as cst
@@ -704,7 +705,7 @@ class LocomotionEnv:
     def portable_state(state: dict[str, Any]) -> dict[str, Any]:
         """The part of a :meth:`state_dict` that carries over to another device, backend or
         number of environments (the generator, counters and terrain levels; not the simulation)."""
-        return {k: v for k, v in state.items() if k != "exact"}
+        return portable_env_state(state)
 
     def load_state_dict(self, state: dict[str, Any]) -> None:
         """``state`` as from :meth:`state_dict`; or with ``seed`` in place of ``generator`` (a run
