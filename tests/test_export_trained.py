@@ -123,3 +123,40 @@ def test_real_task_run_exports_with_rollout_parity(tmp_path, robot):
     assert contract["height_scan"] is None and contract["observation"]["dim"] == 56
     assert contract["action_clip"] == 100.0  # the task config's raw action clip
     assert contract["export"]["verified_observations"] == {"random": 1000, "rollout": 20}
+
+
+def test_ship_a_checkpoint_as_a_policy_directory(trained_export, tmp_path):
+    """export.ship: the policy-only checkpoint, config, the line's joined metrics, a verified ONNX
+    with its contract and the curves; the replaced policy's evaluation is kept, or nothing changes."""
+    import shutil
+
+    from export.ship import ShipError, main, ship
+    from training.checkpoint import load_checkpoint
+    from training.run_files import read_jsonl
+
+    run_dir, _, _ = trained_export
+    run = tmp_path / "run"  # a line's later stretch: its metrics begin at iteration 1
+    shutil.copytree(run_dir, run)
+    records = read_jsonl(run / "metrics.jsonl")
+    (run / "metrics.jsonl").write_text("".join(json.dumps(r) + "\n" for r in records if r["iteration"] >= 1))
+    dst = tmp_path / "policy"
+    ship(run, 1, dst, log=lambda _: None)
+    assert "runner_state" in load_checkpoint(run / "model_1.pt")  # the run's own checkpoint untouched
+    assert "runner_state" not in load_checkpoint(dst / "model_1.pt")
+    assert {"config.yaml", "metrics.jsonl", "policy.onnx", "policy.yaml", "training_curves.png"} <= {
+        p.name for p in dst.iterdir()
+    }
+    # The earlier stretch's record (iteration 0) is kept ahead of the run's own.
+    (dst / "metrics.jsonl").write_text(json.dumps({"iteration": 0, "earlier": 1.0}) + "\n")
+    (dst / "evaluation.md").write_text("it. 1 on the course\n")
+    assert main([str(run), "2", str(dst)]) == 1  # its evaluation would be lost: nothing changes
+    assert (dst / "model_1.pt").is_file() and not (dst / "model_2.pt").exists()
+    with pytest.raises(ShipError, match="no such checkpoint"):
+        ship(run, 7, dst, old_evaluation_to=tmp_path / "old")
+    assert main([str(run), "2", str(dst), "--old-evaluation-to", str(tmp_path / "old")]) == 0
+    assert (tmp_path / "old" / "sim2sim_1_shipped_evaluation.md").read_text() == "it. 1 on the course\n"
+    assert sorted(p.name for p in dst.glob("model_*.pt")) == ["model_2.pt"] and not (dst / ".ship").exists()
+    joined = read_jsonl(dst / "metrics.jsonl")
+    assert [r["iteration"] for r in joined] == [0, 1] and joined[0].get("earlier") == 1.0
+    loaded = PolicyRunner.load(dst / "policy.onnx", load_robot())  # the contract fits the robot
+    assert loaded.contract["training"]["iteration"] == 2
