@@ -90,9 +90,9 @@ def ship(
     exported.onnx_path.replace(final)
     exported.yaml_path.replace(dst / exported.yaml_path.name)
     staging.rmdir()
-    from training.curves import main as curves_main
+    from training.curves import plot_runs
 
-    curves_main([str(dst), "--out", str(dst / "training_curves.png")])
+    plot_runs({dst.name: metrics}, dst / "training_curves.png")  # the records just joined, not re-read
     log(f"shipped {src} as {dst} ({len(metrics)} metric records)")
     return final
 
