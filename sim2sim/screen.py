@@ -86,6 +86,10 @@ def drive(d: Drive) -> dict[str, Any]:
         "layout": d.strip.layout,
         "speed": d.speed,
         "seed": d.seed,
+        # Where along the lead-in it started (m) and the table column it fills: with several
+        # starts, what tells one drive of a speed from another in screen.json.
+        "spawn": d.strip.spawn,
+        "column": d.column,
         **checks,
         "passes": all(checks.values()),
         "end": run.end,

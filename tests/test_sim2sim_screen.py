@@ -37,6 +37,8 @@ def test_screen_tables_each_policy_per_speed_and_seed_from_worker_processes(tmp_
     assert len(data["drives"]) == 8
     for d in data["drives"]:
         assert d["falls"] == [] and d["fault"] is None
+        # each record names its start and its column (one start: the strip's own, unnamed in the column)
+        assert d["spawn"] == MILD_COURSE.spawn and d["column"] == f"{d['speed']:g} m/s, seed {d['seed']}"
         if d["speed"] == 1.0:
             assert d["passes"] and d["crossed"] and d["at_speed"] and d["section_reached"] == "run_out"
         else:
