@@ -122,7 +122,7 @@ def test_the_ppo_rough_line_trains_with_the_ppo_rough_recipe():
 
 
 @pytest.mark.parametrize(
-    ("name", "algo", "iteration"), [("aow_rough_np3o", "np3o", 818), ("aow_rough_ppo", "ppo", 1600)]
+    ("name", "algo", "iteration"), [("aow_rough_np3o", "np3o", 1234), ("aow_rough_ppo", "ppo", 1600)]
 )
 def test_the_shipped_rough_policies_were_trained_with_their_rough_recipes(name, algo, iteration):
     """Each shipped rough policy's saved config is its recipe's (reached branch by branch), and its

@@ -32,9 +32,8 @@ runs_from=${RUNS_FROM:-$repo/policies/runs}
 flat_envs=${FLAT_ENVS:-4096}
 rough_envs=${ROUGH_ENVS:-16384}  # one rough run alone on the GPU (measured: ~118k env-steps/s on an H200)
 read -r -a placement <<< "${PLACEMENT:---device cuda --backend mujoco_warp}"  # PLACEMENT: for a dry run on a CPU
-# Since session 23: the N-P3O rough line (its shipped it. 818 crosses the course less often than
-# PPO's shipped it. 1600, at 32 M fewer steps). Session 21-22's PPO line, rough_track_ppo (it. 1600
-# shipped), is RUNS=rough_track_ppo.
+# Since session 23: the N-P3O rough line (its it. 1234 is shipped since session 24; the line goes
+# on). Session 21-22's PPO line, rough_track_ppo (it. 1600 shipped), is RUNS=rough_track_ppo.
 read -r -a wanted <<< "${RUNS:-rough_sharp_np3o}"
 kappa=(--set algo_params.kappa_init=0.1 --set algo_params.kappa_max=0.2)
 moving="--env-override rewards.air_time_gate=moving"
