@@ -99,9 +99,11 @@ spec() {
     # it climbs: training.sim.terrain.OUTWARD_RISE); since session 20 rough_climb_ppo
     # (rough_sharp_spd_ppo's it. 1409, stairs up, now climbing, on 0.3 of the columns); since
     # session 21 rough_track_ppo (rough_sharp_spd_ppo's it. 1416; its rewards.tracking_sharpness=4.0 is
-    # the task's own value, so it trains the plain line's task).
+    # the task's own value, so it trains the plain line's task); since session 24 rough_kappa_np3o
+    # (rough_sharp_np3o's it. 1234, the shipped one, with algo_params.kappa_max=0.164: κ held at its
+    # value there).
     rough_lowent_np3o | rough_dc_np3o | rough_dc_ppo | rough_sharp_np3o | rough_sharp_ppo | rough_sharp_spd_ppo | \
-      rough_stairs_ppo | rough_climb_ppo | rough_track_ppo)
+      rough_stairs_ppo | rough_climb_ppo | rough_track_ppo | rough_kappa_np3o)
       echo "$rough_envs" ;;
     rough_style_np3o) echo "$rough_envs --task aow_rough_style --algo np3o ${kappa[*]} $moving $symmetric $reversals" ;;
     rough_style_ppo)
