@@ -90,6 +90,7 @@ def drive(d: Drive) -> dict[str, Any]:
         # starts, what tells one drive of a speed from another in screen.json.
         "spawn": d.strip.spawn,
         "column": d.column,
+        "resolution_m": d.strip.resolution,
         **checks,
         "passes": all(checks.values()),
         "end": run.end,
@@ -137,14 +138,18 @@ def drives_for(
     block: bool = False,
     time_limit: float | None = None,
     spawns: list[float] | None = None,
+    resolution: float | None = None,
 ) -> list[Drive]:
     """Every drive of a screen: each policy at each speed on each seed from each start (``spawns``,
     metres along the lead-in; None: the strips' own), and the block at 1.0 m/s from each start (it
     has no random part: one drive per start, whatever the seeds). Columns name the start only when
-    several are driven."""
+    several are driven. ``resolution``: the strips' height-sample spacing in metres (None: theirs,
+    0.02 m; training's 0.05 m makes each riser a 72 degree ramp instead of 82)."""
     starts: list[float | None] = list(spawns) if spawns else [None]
 
     def at(strip: CourseConfig, spawn: float | None) -> CourseConfig:
+        if resolution is not None:
+            strip = dataclasses.replace(strip, resolution=resolution)
         return strip if spawn is None else dataclasses.replace(strip, spawn=spawn)
 
     def named(column: str, spawn: float | None) -> str:
@@ -254,9 +259,16 @@ def report(
     if repeats(drives, "seed") or repeats(drives, "spawn"):
         text += "\n" + by_speed_table(drives, results)
     named = "\n".join(identity_line(name, identity) for name, identity in identities.items())
+    spacings = sorted({d.strip.resolution for d in drives})
+    grid = (
+        ""
+        if spacings == [COURSE.resolution]
+        else f"Height samples every {', '.join(f'{r:g}' for r in spacings)} m (the strips' own: "
+        f"{COURSE.resolution:g} m), so each riser is a ramp that wide.\n\n"
+    )
     md = (
         "# Course screen (with the map only)\n\n"
-        f"Policies:\n\n{named}\n\n"
+        f"Policies:\n\n{named}\n\n{grid}"
         "Each cell is one drive with the elevation map: **pass** (crossed, no fall, mean speed at least "
         f"{course_eval.SPEED_FRACTION_BAR} x the commanded; the mean speed in m/s), or why not. The blanked "
         "run of the full bar is not driven: confirm a choice with `python -m sim2sim.evaluate --course`.\n\n" + text
@@ -358,6 +370,13 @@ def build_parser() -> argparse.ArgumentParser:
         "(1.0 1.1 1.2) meet each riser in another phase of the gait and give a crossing rate per speed",
     )
     p.add_argument("--block", action="store_true", help="also the 20 cm block at 1.0 m/s (experiment A)")
+    p.add_argument(
+        "--resolution",
+        type=float,
+        metavar="M",
+        help=f"metres between the strips' height samples (default {COURSE.resolution:g}); a riser is a ramp one "
+        "sample wide, so 0.05 (the training stairs') asks whether a failure is the course's sharper risers",
+    )
     p.add_argument("--time-limit", type=float, help="seconds of driving per run (default: the strip at half speed)")
     p.add_argument(
         "--jobs", type=int, default=os.cpu_count() or 1, help="worker processes (default: the cores, %(default)s)"
@@ -387,6 +406,15 @@ def main(argv: list[str] | None = None) -> int:
             evaluate.check_spawns(spawns, (COURSE, BLOCK) if args.block else (COURSE,))
         except ValueError as e:
             raise ValueError(f"--spawn: {e}") from None
+        if args.resolution is not None:
+            # The strip's own check, from every start: each length on the grid, so that no riser
+            # is a ramp two cells wide.
+            try:
+                for strip in (COURSE, BLOCK) if args.block else (COURSE,):
+                    for spawn in spawns or [strip.spawn]:
+                        dataclasses.replace(strip, resolution=args.resolution, spawn=spawn).validate()
+            except ValueError as e:
+                raise ValueError(f"--resolution: {e}") from None
         if args.time_limit is not None and not args.time_limit > 0:
             raise ValueError(f"--time-limit must be positive, got {args.time_limit}")
         if args.jobs < 1:
@@ -402,7 +430,13 @@ def main(argv: list[str] | None = None) -> int:
         except (PolicyContractError, ExportError, CheckpointError) as e:
             parser.error(str(e))
         drives = drives_for(
-            policies, args.speed, args.seed, block=args.block, time_limit=args.time_limit, spawns=args.spawn
+            policies,
+            args.speed,
+            args.seed,
+            block=args.block,
+            time_limit=args.time_limit,
+            spawns=args.spawn,
+            resolution=args.resolution,
         )
         results = screen(drives, jobs=min(args.jobs, len(drives)), progress=not args.no_progress)
     md, payload = report(drives, results, identities)

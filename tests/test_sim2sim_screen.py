@@ -39,6 +39,7 @@ def test_screen_tables_each_policy_per_speed_and_seed_from_worker_processes(tmp_
         assert d["falls"] == [] and d["fault"] is None
         # each record names its start and its column (one start: the strip's own, unnamed in the column)
         assert d["spawn"] == MILD_COURSE.spawn and d["column"] == f"{d['speed']:g} m/s, seed {d['seed']}"
+        assert d["resolution_m"] == MILD_COURSE.resolution
         if d["speed"] == 1.0:
             assert d["passes"] and d["crossed"] and d["at_speed"] and d["section_reached"] == "run_out"
         else:
@@ -102,6 +103,23 @@ def test_several_starts_drive_every_speed_and_the_block_from_each(tmp_path):
     assert [(d.column, d.strip.spawn) for d in one] == [("0.5 m/s, seed 1", 1.2)]
 
 
+def test_a_resolution_redraws_every_strip_at_that_spacing_and_the_report_says_so(tmp_path):
+    """--resolution 0.05 asks whether failures are the course's 82 degree risers (one 0.02 m cell
+    wide) rather than training's 72 degree ones: every strip, the block's too, gets that spacing,
+    and the report names it; without it the strips keep their own and the report says nothing."""
+    policy = tmp_path / "p.onnx"
+    drives = screen.drives_for({"p": policy}, [0.5], [1], block=True, spawns=[1.0, 1.1], resolution=0.05)
+    assert [d.strip.resolution for d in drives] == [0.05] * 4
+    assert [d.strip.spawn for d in drives] == [1.0, 1.1, 1.0, 1.1]
+    results = [{"passes": True, "mean_speed": 0.5, "crossed": True, "falls": [], "fault": None, "end": "crossed",
+                "section_reached": "run_out", "final_section": "run_out"}] * 4  # fmt: skip
+    md, _ = screen.report(drives, results, {})
+    assert "Height samples every 0.05 m (the strips' own: 0.02 m)" in md
+    own = screen.drives_for({"p": policy}, [0.5], [1], block=True)
+    assert {d.strip.resolution for d in own} == {screen.COURSE.resolution} == {0.02}
+    assert "Height samples" not in screen.report(own, results[:2], {})[0]
+
+
 def test_the_by_speed_table_gives_each_speeds_crossing_rate_over_the_starts(tmp_path):
     policy = tmp_path / "p.onnx"
     drives = screen.drives_for({"p": policy}, [0.5, 1.0], [1], block=True, spawns=[1.0, 1.1, 1.2])
@@ -130,6 +148,9 @@ def test_the_by_speed_table_gives_each_speeds_crossing_rate_over_the_starts(tmp_
         (["{p}", "--spawn", "11"], "--spawn: 11 m lies on the course strip's flat_1, not its lead-in"),
         (["{p}", "--spawn", "6"], "course spawn 6.0 m lies on slope_up"),
         (["missing_dir/"], "no file or directory"),
+        (["{p}", "--resolution", "0"], "--resolution: course resolution must be positive"),
+        (["{p}", "--resolution", "0.07"], "--resolution: course width 6.0 m is not a multiple of the resolution"),
+        (["{p}", "--resolution", "0.05", "--spawn", "1.12"], "course spawn 1.12 m is not a multiple"),
     ],
 )
 def test_bad_arguments_are_refused_by_name(tmp_path, capsys, args, message):
