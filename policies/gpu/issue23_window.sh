@@ -101,9 +101,11 @@ spec() {
     # session 21 rough_track_ppo (rough_sharp_spd_ppo's it. 1416; its rewards.tracking_sharpness=4.0 is
     # the task's own value, so it trains the plain line's task); since session 24 rough_kappa_np3o
     # (rough_sharp_np3o's it. 1234, the shipped one, with algo_params.kappa_max=0.164: κ held at its
-    # value there).
+    # value there); since session 25 rough_fine_np3o (the same it. 1234 on training stairs sampled
+    # every 0.025 m, terrain.horizontal_scale=0.025: risers nearer the course's) and rough_kl_np3o
+    # (the same it. 1234 with ppo.desired_kl=0.005: half the step per update).
     rough_lowent_np3o | rough_dc_np3o | rough_dc_ppo | rough_sharp_np3o | rough_sharp_ppo | rough_sharp_spd_ppo | \
-      rough_stairs_ppo | rough_climb_ppo | rough_track_ppo | rough_kappa_np3o)
+      rough_stairs_ppo | rough_climb_ppo | rough_track_ppo | rough_kappa_np3o | rough_fine_np3o | rough_kl_np3o)
       echo "$rough_envs" ;;
     rough_style_np3o) echo "$rough_envs --task aow_rough_style --algo np3o ${kappa[*]} $moving $symmetric $reversals" ;;
     rough_style_ppo)
