@@ -402,19 +402,18 @@ def main(argv: list[str] | None = None) -> int:
             or len(set(spawns)) != len(spawns)
         ):
             raise ValueError("a speed, seed or start is given twice")
-        try:
-            evaluate.check_spawns(spawns, (COURSE, BLOCK) if args.block else (COURSE,))
-        except ValueError as e:
-            raise ValueError(f"--spawn: {e}") from None
+        strips = (COURSE, BLOCK) if args.block else (COURSE,)
         if args.resolution is not None:
-            # The strip's own check, from every start: each length on the grid, so that no riser
-            # is a ramp two cells wide.
             try:
-                for strip in (COURSE, BLOCK) if args.block else (COURSE,):
-                    for spawn in spawns or [strip.spawn]:
-                        dataclasses.replace(strip, resolution=args.resolution, spawn=spawn).validate()
+                strips = tuple(dataclasses.replace(strip, resolution=args.resolution) for strip in strips)
+                for strip in strips:  # each length on the grid, so that no riser is a ramp two cells wide
+                    strip.validate()
             except ValueError as e:
                 raise ValueError(f"--resolution: {e}") from None
+        try:  # on the strips as they will be drawn: a start off their grid is refused here too
+            evaluate.check_spawns(spawns, strips)
+        except ValueError as e:
+            raise ValueError(f"--spawn: {e}") from None
         if args.time_limit is not None and not args.time_limit > 0:
             raise ValueError(f"--time-limit must be positive, got {args.time_limit}")
         if args.jobs < 1:
