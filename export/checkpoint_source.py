@@ -38,7 +38,6 @@ class PolicySource:
     iteration: int
     robot_contract_hash: str
     env_config: dict[str, Any] | None = None  # the task config the run trained on, when recorded
-    averaged_iterations: list[int] | None = None  # a weight average's source iterations (training.average)
 
     @property
     def obs_dim(self) -> int:
@@ -157,17 +156,6 @@ def _num_cost_critics(data: dict[str, Any], path: Path) -> int:
     return count
 
 
-def _averaged_iterations(data: dict[str, Any], path: Path) -> list[int] | None:
-    sources = data.get("averaged_from")
-    if sources is None:
-        return None
-    if not isinstance(sources, list) or not all(
-        isinstance(s, dict) and isinstance(s.get("iteration"), int) for s in sources
-    ):
-        raise ExportError(f"{path}: averaged_from must be a list of sources with an integer iteration each")
-    return [s["iteration"] for s in sources]
-
-
 def load_policy_source(path: str | os.PathLike[str]) -> PolicySource:
     """Load a checkpoint file (``weights_only=True``) and rebuild its deterministic actor."""
     path = Path(path)
@@ -218,5 +206,4 @@ def load_policy_source(path: str | os.PathLike[str]) -> PolicySource:
         iteration=iteration,
         robot_contract_hash=str(data["robot_contract_hash"]),
         env_config=data.get("env_config") if isinstance(data.get("env_config"), dict) else None,
-        averaged_iterations=_averaged_iterations(data, path),
     )

@@ -116,8 +116,6 @@ def build_contract(
             "checkpoint": source.path.name,
             # How the run simulated its leg drives (sim2sim runs the policy on the same by default).
             "leg_actuator": trained_leg_actuator(source.env_config),
-            # A weight average (training.average) names the iterations it averaged.
-            **({"averaged_iterations": source.averaged_iterations} if source.averaged_iterations else {}),
         },
         "export": {
             "time_utc": dt.datetime.now(dt.UTC).strftime("%Y-%m-%dT%H:%M:%SZ"),

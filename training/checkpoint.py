@@ -19,9 +19,8 @@ objects), so loading one never runs code. Layout of the dict (format version 1):
 - ``robot_contract_hash``: the robot contract the run trained against
 
 Optional keys the runner adds (:data:`OPTIONAL_KEYS`): ``cost_names`` (cost term names),
-``env_config`` (the task config as plain data), ``runner_state`` (per-rank generators,
-environment state, episode sums: what an exact resume needs) and ``averaged_from`` (the sources of
-a weight average, :mod:`training.average`: path, iteration and SHA-256 of each).
+``env_config`` (the task config as plain data) and ``runner_state`` (per-rank generators,
+environment state, episode sums: what an exact resume needs).
 """
 
 from __future__ import annotations
@@ -49,7 +48,7 @@ REQUIRED_KEYS = (
     "rng",
     "robot_contract_hash",
 )
-OPTIONAL_KEYS = ("cost_names", "env_config", "runner_state", "averaged_from")
+OPTIONAL_KEYS = ("cost_names", "env_config", "runner_state")
 
 
 class CheckpointError(ValueError):
