@@ -128,7 +128,9 @@ def gather(sources: list[tuple[str | None, Path]], seed: int = COURSE_SEED) -> l
         names = [point.series for _, point in read]
         main = max(set(names), key=lambda n: (names.count(n), n), default=None)
         for path, point in read:
-            if point.series != main:
+            # a checkpoint screened under its run directory's own name ("rough_kappa_np3o_1441",
+            # as sim2sim.follow names them) belongs to that run's line too
+            if point.series not in (main, source.name if source.is_dir() else source.parent.name):
                 point.line = f"{line}:{point.series}"
             key = (point.line, point.iteration)
             kept = best.get(key)
