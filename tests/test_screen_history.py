@@ -63,11 +63,14 @@ def test_points_count_the_fields_course_drives_and_the_block_once_per_checkpoint
     _write_screen(line / "screen_one_start_10.json", {"kappa_10": [True] * 5}, seeds=(1616, 7), spawns=(1.0,))
     # at training's spacing: not the course's own, left out
     _write_screen(line / "screen_res005_30.json", {"kappa_30": [True] * 9}, resolution=0.05)
+    # named after its run directory (as sim2sim.follow names them): the same line
+    _write_screen(line / "screen_40.json", {"rough_kappa_np3o_40": [True] * 6 + [False] * 3})
     points = gather([(None, line)])
     got = {(p.line, p.iteration): (p.course_passed, p.course_driven, p.block_passed, p.block_driven) for p in points}
     assert got == {
         ("rough_kappa_np3o", 10): (3, 6, 2, 3),
         ("rough_kappa_np3o", 20): (6, 6, 3, 3),
+        ("rough_kappa_np3o", 40): (6, 6, 0, 3),
         ("rough_kappa_np3o:avg", 20): (0, 6, 3, 3),  # kept beside the line: a line of its own
     }
     ten = next(p for p in points if p.iteration == 10)
