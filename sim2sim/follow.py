@@ -147,8 +147,8 @@ def build_parser() -> argparse.ArgumentParser:
 
 def main(argv: list[str] | None = None) -> int:
     argv = list(sys.argv[1:] if argv is None else argv)
-    screen_args = argv[argv.index("--") + 1 :] if "--" in argv else []
-    own = argv[: argv.index("--")] if "--" in argv else argv
+    split = argv.index("--") if "--" in argv else len(argv)
+    own, screen_args = argv[:split], argv[split + 1 :]
     parser = build_parser()
     args = parser.parse_args(own)
     if args.every < 1:

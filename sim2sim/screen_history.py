@@ -26,9 +26,10 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
 
-from sim2sim.course import COURSE_SEED
+from sim2sim.course import COURSE_SEED, CourseConfig
 
-COURSE_RESOLUTION_M = 0.02  # the course's own spacing; screens from before it was recorded drew at it
+# The course's own spacing; screens from before it was recorded in each drive drew at it.
+COURSE_RESOLUTION_M = CourseConfig().resolution
 
 
 class ScreenFileError(ValueError):
@@ -123,14 +124,15 @@ def gather(sources: list[tuple[str | None, Path]], seed: int = COURSE_SEED) -> l
     fork, an average) become lines of their own, "<line>:<name>"."""
     best: dict[tuple[str, int], Point] = {}
     for name, source in sources:
-        line = name or (source.name if source.is_dir() else source.parent.name)
+        directory = source.name if source.is_dir() else source.parent.name
+        line = name or directory
         read = [(path, point) for path in _screen_files(source) for point in read_screen(path, line, seed)]
         names = [point.series for _, point in read]
         main = max(set(names), key=lambda n: (names.count(n), n), default=None)
         for path, point in read:
             # a checkpoint screened under its run directory's own name ("rough_kappa_np3o_1441",
             # as sim2sim.follow names them) belongs to that run's line too
-            if point.series not in (main, source.name if source.is_dir() else source.parent.name):
+            if point.series not in (main, directory):
                 point.line = f"{line}:{point.series}"
             key = (point.line, point.iteration)
             kept = best.get(key)
