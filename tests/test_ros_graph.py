@@ -283,10 +283,11 @@ BAG_TOPICS = ["/joint_states", "/odometry", "/cmd_vel", "/joint_commands", "/dia
 STEPS = [(2.0, 0.0, 0.0), (-1.5, 0.0, 0.0), (0.0, 1.0, 0.0), (0.0, 0.0, 1.5), (2.0, 0.0, -1.5), (0.0, 0.0, 0.0)]
 
 
-def drive(operator, command, sim_seconds):
-    """Publish ``command`` on cmd_vel at 10 Hz for ``sim_seconds`` of simulation time (from /odometry)."""
+def drive(operator, command, sim_seconds, until=None):
+    """Publish ``command`` on cmd_vel at 10 Hz for ``sim_seconds`` of simulation time (from /odometry),
+    or until ``until()`` is true if it comes first."""
     start = operator.odometry[-1][0]
-    while operator.odometry[-1][0] < start + sim_seconds:
+    while operator.odometry[-1][0] < start + sim_seconds and not (until is not None and until()):
         operator.send_velocity_command(*command)
         time.sleep(0.1)
     return start
@@ -430,14 +431,22 @@ def test_sim_launch_the_shipped_height_scan_policy_climbs_the_20cm_block(overlay
             assert start_x == pytest.approx(strip.start[0], abs=0.1)  # the bridge spawned it on the lead-in
             start_policy(operator)
             since = time.monotonic()
-            drive(operator, (1.0, 0.0, 0.0), 10.0)
+            # Until the finish line, at most 16 s of sim time. The 6.5 m take 7.4 s at the 0.88 m/s
+            # the policy holds in sim2sim; on a loaded machine the graph (the controller's loop on
+            # the wall clock, the bridge's on sim time) has taken over 10 s: x = 1.77 m at 10 s in one
+            # run of three. Speed is sim2sim's bar (deterministic); this test is the crossing.
+            drive_start = drive(
+                operator, (1.0, 0.0, 0.0), 16.0, until=lambda: operator.positions[-1][1] > strip.finish_x + 0.2
+            )
             states = {d.values.get("state") for d in operator.controller_states(since)}
             process.signal("ctrl-c")
             assert process.wait(STOP_TIMEOUT) == 0, process.output()
     finally:
         process.kill_all()
     pose = np.array(operator.positions)
-    assert pose[:, 1].max() > strip.finish_x, (pose[-1], strip.finish_x)  # crossed
+    crossed = pose[pose[:, 1] > strip.finish_x]
+    assert len(crossed), (pose[-1], strip.finish_x)  # crossed
+    print(f"finish line crossed {crossed[0, 0] - drive_start:.1f} s of sim time into the drive")
     top = strip.section("block_top")  # the base over the block's top, the whole robot on it
     on_block = (pose[:, 1] > top.x_start + 0.4) & (pose[:, 1] < strip.section("block_down").x_start)
     assert on_block.any() and pose[on_block, 3].min() > 0.2 + 0.3, pose[on_block, 3].min()  # standing on it
