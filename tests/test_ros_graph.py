@@ -431,7 +431,7 @@ def test_sim_launch_the_shipped_height_scan_policy_climbs_the_20cm_block(overlay
             assert start_x == pytest.approx(strip.start[0], abs=0.1)  # the bridge spawned it on the lead-in
             start_policy(operator)
             since = time.monotonic()
-            # Until the finish line, at most 16 s of sim time. The 6.5 m take 7.4 s at the 0.88 m/s
+            # Until the finish line, at most 16 s of sim time. The 6.5 m take 7.2 s at the 0.91 m/s
             # the policy holds in sim2sim; on a loaded machine the graph (the controller's loop on
             # the wall clock, the bridge's on sim time) has taken over 10 s: x = 1.77 m at 10 s in one
             # run of three. Speed is sim2sim's bar (deterministic); this test is the crossing.
