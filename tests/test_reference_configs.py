@@ -109,20 +109,23 @@ def test_the_ppo_rough_recipe_is_the_np3o_one_with_ppo_s_rewards():
 
 
 def test_the_ppo_rough_line_trains_with_the_ppo_rough_recipe():
-    """The PPO rough line in progress (policies/runs/rough_track_ppo, reached branch by branch)
-    saved the recipe's settings: the recipe says what that line is."""
+    """The PPO rough lines in progress (policies/runs/rough_track_ppo, reached branch by branch, and
+    its second fork from it. 1600, rough_track1600_ppo) saved the recipe's settings: the recipe
+    says what those lines are."""
     runs = Path(__file__).resolve().parents[1] / "policies" / "runs"
     recipe = load_config_yaml(CONFIGS / "aow_rough_ppo.yaml")
-    cfg = load_config_yaml(runs / "rough_track_ppo" / "config.yaml")
-    assert (cfg.task, cfg.algo, cfg.num_envs) == (recipe.task, recipe.algo, recipe.num_envs)
-    assert cfg.network == recipe.network and cfg.algo_params == recipe.algo_params and cfg.ppo == recipe.ppo
-    task, recipe_task = task_config(cfg.task, **cfg.env_overrides), task_config(recipe.task, **recipe.env_overrides)
-    for section in ("rewards", "commands", "terminations", "costs", "observations", "terrain", "sim"):
-        assert getattr(task, section) == getattr(recipe_task, section), section
+    recipe_task = task_config(recipe.task, **recipe.env_overrides)
+    for line in ("rough_track_ppo", "rough_track1600_ppo", "rough_track1600b_ppo"):
+        cfg = load_config_yaml(runs / line / "config.yaml")
+        assert (cfg.task, cfg.algo, cfg.num_envs) == (recipe.task, recipe.algo, recipe.num_envs), line
+        assert cfg.network == recipe.network and cfg.algo_params == recipe.algo_params and cfg.ppo == recipe.ppo
+        task = task_config(cfg.task, **cfg.env_overrides)
+        for section in ("rewards", "commands", "terminations", "costs", "observations", "terrain", "sim"):
+            assert getattr(task, section) == getattr(recipe_task, section), (line, section)
 
 
 @pytest.mark.parametrize(
-    ("name", "algo", "iteration"), [("aow_rough_np3o", "np3o", 1234), ("aow_rough_ppo", "ppo", 1600)]
+    ("name", "algo", "iteration"), [("aow_rough_np3o", "np3o", 1234), ("aow_rough_ppo", "ppo", 1618)]
 )
 def test_the_shipped_rough_policies_were_trained_with_their_rough_recipes(name, algo, iteration):
     """Each shipped rough policy's saved config is its recipe's (reached branch by branch), and its

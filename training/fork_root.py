@@ -7,8 +7,8 @@ trained on. This writes the policy's checkpoint with the *portable* runner state
 counters, terrain levels; no saved simulation, so the fork's episodes restart) of another
 checkpoint of the same run, typically its committed resume checkpoint:
 
-    python -m training.fork_root policies/aow_rough_ppo/model_1600.pt \\
-        policies/runs/rough_track_ppo/model_1840.pt --out runs/roots/ppo_1600.pt --reseed 1
+    python -m training.fork_root policies/aow_rough_ppo/model_1618.pt \\
+        policies/runs/rough_track1600_ppo/model_1685.pt --out runs/roots/ppo_1618/model_1618.pt --reseed 1
 
 ``--reseed S`` replaces the sampling generators by fresh ones seeded from S, so that two forks
 of one root take different episodes (with the same generators they would repeat each other).

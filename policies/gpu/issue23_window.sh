@@ -33,7 +33,8 @@ flat_envs=${FLAT_ENVS:-4096}
 rough_envs=${ROUGH_ENVS:-16384}  # one rough run alone on the GPU (measured: ~118k env-steps/s on an H200)
 read -r -a placement <<< "${PLACEMENT:---device cuda --backend mujoco_warp}"  # PLACEMENT: for a dry run on a CPU
 # Since session 23: the N-P3O rough line (its it. 1234 is shipped since session 24; the line goes
-# on). Session 21-22's PPO line, rough_track_ppo (it. 1600 shipped), is RUNS=rough_track_ppo.
+# on). The PPO line: rough_track_ppo (its it. 1600 shipped in session 22), and since session 27
+# rough_track1600_ppo (its it. 1618 shipped), RUNS=rough_track1600_ppo.
 read -r -a wanted <<< "${RUNS:-rough_sharp_np3o}"
 kappa=(--set algo_params.kappa_init=0.1 --set algo_params.kappa_max=0.2)
 moving="--env-override rewards.air_time_gate=moving"
@@ -103,9 +104,12 @@ spec() {
     # (rough_sharp_np3o's it. 1234, the shipped one, with algo_params.kappa_max=0.164: κ held at its
     # value there); since session 25 rough_fine_np3o (the same it. 1234 on training stairs sampled
     # every 0.025 m, terrain.horizontal_scale=0.025: risers nearer the course's) and rough_kl_np3o
-    # (the same it. 1234 with ppo.desired_kl=0.005: half the step per update).
+    # (the same it. 1234 with ppo.desired_kl=0.005: half the step per update); since session 27
+    # rough_track1600_ppo and rough_track1600b_ppo (rough_track_ppo's it. 1600, the shipped policy
+    # then, with the terrain levels of its it. 1840: training.fork_root; b reseeded).
     rough_lowent_np3o | rough_dc_np3o | rough_dc_ppo | rough_sharp_np3o | rough_sharp_ppo | rough_sharp_spd_ppo | \
-      rough_stairs_ppo | rough_climb_ppo | rough_track_ppo | rough_kappa_np3o | rough_fine_np3o | rough_kl_np3o)
+      rough_stairs_ppo | rough_climb_ppo | rough_track_ppo | rough_kappa_np3o | rough_fine_np3o | rough_kl_np3o | \
+      rough_track1600_ppo | rough_track1600b_ppo)
       echo "$rough_envs" ;;
     rough_style_np3o) echo "$rough_envs --task aow_rough_style --algo np3o ${kappa[*]} $moving $symmetric $reversals" ;;
     rough_style_ppo)
