@@ -70,7 +70,7 @@ def test_reseed_gives_two_forks_of_one_root_their_own_generators(line):
     assert not torch.equal(gens[1], gens[3]) and not torch.equal(gens[0], gens[1])
     env_gens = [r["runner_state"]["ranks"][0]["env"]["generator"] for r in (one, two)]
     assert not torch.equal(env_gens[0], env_gens[1])
-    assert torch.equal(one["rng"]["generators"][0], gens[1])  # what a resume restores from
+    assert torch.equal(one["rng"]["generators"][0], gens[1])  # "rng" kept consistent with the runner state
 
 
 def test_checkpoints_of_different_runs_and_overwrites_are_refused(line, tmp_path, capsys):

@@ -57,6 +57,8 @@ def fork_root(policy_ckpt: dict[str, Any], state_ckpt: dict[str, Any], reseed: i
     out = policy(policy_ckpt)
     out["runner_state"] = runner_state
     if reseed is not None and "rng" in out:
+        # A resume reads the ranks' generators from runner_state; "rng" repeats them in a saved
+        # checkpoint, kept consistent here. Its global torch state stays the policy's.
         out["rng"] = {**out["rng"], "generators": [r["generator"] for r in runner_state["ranks"]]}
     return out
 
@@ -85,7 +87,7 @@ def main(argv: list[str] | None = None) -> int:
     except CheckpointError as e:
         print(f"fork_root: error: {e}", file=sys.stderr)
         return 1
-    levels = root["runner_state"]["ranks"][0].get("env", {}).get("terrain_levels")
+    levels = (root["runner_state"]["ranks"][0].get("env") or {}).get("terrain_levels")
     mean = f", terrain levels mean {float(levels.float().mean()):.2f}" if levels is not None else ""
     print(f"{args.out}: iteration {root['iteration']}{mean}")
     return 0
