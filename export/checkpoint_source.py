@@ -38,6 +38,7 @@ class PolicySource:
     iteration: int
     robot_contract_hash: str
     env_config: dict[str, Any] | None = None  # the task config the run trained on, when recorded
+    averaged_from: list[int] | None = None  # iterations whose weights were averaged (training.average_checkpoints)
 
     @property
     def obs_dim(self) -> int:
@@ -206,4 +207,18 @@ def load_policy_source(path: str | os.PathLike[str]) -> PolicySource:
         iteration=iteration,
         robot_contract_hash=str(data["robot_contract_hash"]),
         env_config=data.get("env_config") if isinstance(data.get("env_config"), dict) else None,
+        averaged_from=_averaged_from(data, path),
     )
+
+
+def _averaged_from(data: dict[str, Any], path: Path) -> list[int] | None:
+    value = data.get("averaged_from")
+    if value is None:
+        return None
+    if (
+        not isinstance(value, list)
+        or len(value) < 2
+        or not all(isinstance(i, int) and not isinstance(i, bool) for i in value)
+    ):
+        raise ExportError(f"{path}: averaged_from is {value!r}, expected a list of at least two iterations")
+    return [int(i) for i in value]

@@ -116,6 +116,8 @@ def build_contract(
             "checkpoint": source.path.name,
             # How the run simulated its leg drives (sim2sim runs the policy on the same by default).
             "leg_actuator": trained_leg_actuator(source.env_config),
+            # A weight-averaged policy (training.average_checkpoints) names the iterations it is the mean of.
+            **({"averaged_from": list(source.averaged_from)} if source.averaged_from else {}),
         },
         "export": {
             "time_utc": dt.datetime.now(dt.UTC).strftime("%Y-%m-%dT%H:%M:%SZ"),

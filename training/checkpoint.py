@@ -20,7 +20,8 @@ objects), so loading one never runs code. Layout of the dict (format version 1):
 
 Optional keys the runner adds (:data:`OPTIONAL_KEYS`): ``cost_names`` (cost term names),
 ``env_config`` (the task config as plain data) and ``runner_state`` (per-rank generators,
-environment state, episode sums: what an exact resume needs).
+environment state, episode sums: what an exact resume needs); ``averaged_from`` (the iterations
+whose models :mod:`training.average_checkpoints` averaged into this one).
 """
 
 from __future__ import annotations
@@ -48,7 +49,7 @@ REQUIRED_KEYS = (
     "rng",
     "robot_contract_hash",
 )
-OPTIONAL_KEYS = ("cost_names", "env_config", "runner_state")
+OPTIONAL_KEYS = ("cost_names", "env_config", "runner_state", "averaged_from")
 
 
 class CheckpointError(ValueError):
