@@ -106,10 +106,12 @@ spec() {
     # every 0.025 m, terrain.horizontal_scale=0.025: risers nearer the course's) and rough_kl_np3o
     # (the same it. 1234 with ppo.desired_kl=0.005: half the step per update); since session 27
     # rough_track1600_ppo and rough_track1600b_ppo (rough_track_ppo's it. 1600, the shipped policy
-    # then, with the terrain levels of its it. 1840: training.fork_root; b reseeded).
+    # then, with the terrain levels of its it. 1840: training.fork_root; b reseeded); since session 28
+    # rough_avg_np3o (rough_sharp_np3o's it. 1234 reseeded by training.fork_root --reseed 2, κ held
+    # at 0.164, a checkpoint every 2 iterations for training.average_checkpoints).
     rough_lowent_np3o | rough_dc_np3o | rough_dc_ppo | rough_sharp_np3o | rough_sharp_ppo | rough_sharp_spd_ppo | \
       rough_stairs_ppo | rough_climb_ppo | rough_track_ppo | rough_kappa_np3o | rough_fine_np3o | rough_kl_np3o | \
-      rough_track1600_ppo | rough_track1600b_ppo)
+      rough_track1600_ppo | rough_track1600b_ppo | rough_avg_np3o)
       echo "$rough_envs" ;;
     rough_style_np3o) echo "$rough_envs --task aow_rough_style --algo np3o ${kappa[*]} $moving $symmetric $reversals" ;;
     rough_style_ppo)
