@@ -1,14 +1,16 @@
 """One policy from the mean of several checkpoints of one run (weight averaging).
 
 The rough lines' checkpoints swing by 15-25 course drives of 42 between neighbours a few
-iterations apart, so the best of a stretch carries luck as much as skill. Averaging the weights of
-consecutive checkpoints (Izmailov et al. 2018, stochastic weight averaging; Nikishin et al. 2018
-for RL) gives one policy from the middle of the stretch rather than its luckiest point. PPO's
-steps are small (a KL target of 0.01 per update), so neighbouring checkpoints lie in one basin and
-their mean is itself a policy of the run:
+iterations apart. Averaging the weights of consecutive checkpoints (Izmailov et al. 2018,
+stochastic weight averaging; Nikishin et al. 2018 for RL) asks whether the middle of a stretch
+crosses more reliably than its luckiest point. PPO's steps are small (a KL target of 0.01 per
+update), so neighbouring checkpoints lie in one basin and their mean is itself a policy of the
+run. Measured so far it is not better than its members (docs/locomotion.md, sessions 21 and 28:
+PPO 1605-1640 125 of 132 drives against its member 1618's 128; N-P3O 1306-1352 40 of 48 against
+1352's 45), so a shipped policy is still one checkpoint; this writes the averages that test it:
 
-    python -m training.average_checkpoints runs/rough_avg_np3o --from 1240 --to 1280 \\
-        --out runs/avg/model_1280.pt
+    python -m training.average_checkpoints runs/rough_avg_np3o --from 1306 --to 1352 \\
+        --out runs/avg/model_1352.pt
     python -m training.average_checkpoints A/model_1240.pt A/model_1250.pt --out runs/avg/model_1250.pt
 
 Every floating-point entry of the model is averaged (weights, the action log-std, the observation
