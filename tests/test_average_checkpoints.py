@@ -12,33 +12,17 @@ import pytest
 import torch
 
 from export import export_policy
-from training import config as config_module
-from training import runner as runner_module
+from tests.tiny_runs import train_tiny_rough_np3o
 from training.average_checkpoints import average
 from training.average_checkpoints import main as average_main
 from training.checkpoint import CheckpointError, load_checkpoint
-from training.networks import NetworkConfig
 
 
 @pytest.fixture(scope="module")
 def run_dir(tmp_path_factory):
     """np3o on aow_rough (height scan), 3 iterations of 4 envs x 8 steps, a checkpoint after each."""
     torch.set_num_threads(1)
-    run_dir = tmp_path_factory.mktemp("average_run")
-    cfg = config_module.TrainConfig(
-        task="aow_rough",
-        algo="np3o",
-        num_envs=4,
-        num_steps_per_env=8,
-        iterations=3,
-        save_interval=1,
-        network=NetworkConfig(
-            scan_encoder=(16, 8), actor_hidden=(32, 16), critic_hidden=(32, 16), cost_critic_hidden=(16,)
-        ),
-    )
-    cfg.ppo.num_minibatches = 2
-    runner_module.Runner(cfg, run_dir, progress=False, tensorboard=False).learn()
-    return run_dir
+    return train_tiny_rough_np3o(tmp_path_factory.mktemp("average_run"), iterations=3)
 
 
 def _filled(ckpt: dict, iteration: int, value: float) -> dict:

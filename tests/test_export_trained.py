@@ -23,6 +23,7 @@ from aow_policy.robot import load_robot, robot_from_dict
 from export import export_policy
 from export.checkpoint_source import load_policy_source
 from export.synthetic import paper_observation_layout
+from tests.tiny_runs import train_tiny_rough_np3o
 from training.networks import NetworkConfig
 
 
@@ -34,20 +35,7 @@ def robot():
 @pytest.fixture(scope="module")
 def trained_export(tmp_path_factory, robot):
     """np3o on aow_rough (height scan), 2 iterations of 4 envs x 8 steps, exported with a rollout check."""
-    run_dir = tmp_path_factory.mktemp("tiny_run")
-    cfg = config_module.TrainConfig(
-        task="aow_rough",
-        algo="np3o",
-        num_envs=4,
-        num_steps_per_env=8,
-        iterations=2,
-        save_interval=1,
-        network=NetworkConfig(
-            scan_encoder=(16, 8), actor_hidden=(32, 16), critic_hidden=(32, 16), cost_critic_hidden=(16,)
-        ),
-    )
-    cfg.ppo.num_minibatches = 2
-    runner_module.Runner(cfg, run_dir, progress=False, tensorboard=False).learn()
+    run_dir = train_tiny_rough_np3o(tmp_path_factory.mktemp("tiny_run"), iterations=2)
     lines: list[str] = []
     result = export_policy(run_dir, None, robot, rollout_steps=10, rollout_envs=2, log=lines.append)
     return run_dir, result, lines
