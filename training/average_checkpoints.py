@@ -28,11 +28,11 @@ import sys
 from pathlib import Path
 from typing import Any
 
-from training.checkpoint import CheckpointError, load_checkpoint, run_checkpoints, save_checkpoint
+from training.checkpoint import SAME_RUN_FIELDS, CheckpointError, load_checkpoint, run_checkpoints, save_checkpoint
 from training.slim_checkpoint import policy
 
-# What must agree between the checkpoints for their weights to be of one network and one task.
-_SAME_CONFIG = ("task", "algo", "network", "num_envs", "backend")
+# What must agree between the checkpoints for their weights to be of one run and one network.
+_SAME_CONFIG = (*SAME_RUN_FIELDS, "network")
 
 
 def average(ckpts: list[dict[str, Any]]) -> dict[str, Any]:
@@ -41,12 +41,10 @@ def average(ckpts: list[dict[str, Any]]) -> dict[str, Any]:
 
     if len(ckpts) < 2:
         raise CheckpointError(f"averaging needs at least two checkpoints, got {len(ckpts)}")
+    ckpts = sorted(ckpts, key=lambda c: int(c["iteration"]))
     iterations = [int(c["iteration"]) for c in ckpts]
     if len(set(iterations)) != len(iterations):
         raise CheckpointError(f"the same iteration appears twice among {iterations}")
-    order = sorted(range(len(ckpts)), key=lambda i: iterations[i])
-    ckpts = [ckpts[i] for i in order]
-    iterations = [iterations[i] for i in order]
     first_config = ckpts[0].get("config") or {}
     for ckpt, it in zip(ckpts[1:], iterations[1:], strict=True):
         config = ckpt.get("config") or {}

@@ -50,6 +50,8 @@ REQUIRED_KEYS = (
     "robot_contract_hash",
 )
 OPTIONAL_KEYS = ("cost_names", "env_config", "runner_state", "averaged_from")
+# Config fields two checkpoints of one run share (a fork or resume may change the others).
+SAME_RUN_FIELDS = ("task", "algo", "num_envs", "backend")
 
 
 class CheckpointError(ValueError):

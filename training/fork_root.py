@@ -21,11 +21,8 @@ import sys
 from pathlib import Path
 from typing import Any
 
-from training.checkpoint import CheckpointError, load_checkpoint, save_checkpoint
+from training.checkpoint import SAME_RUN_FIELDS, CheckpointError, load_checkpoint, save_checkpoint
 from training.slim_checkpoint import policy, portable
-
-# What must agree between the two checkpoints for the runner state to belong to the policy's run.
-_SAME = ("task", "algo", "num_envs", "backend")
 
 
 def _generator_state(seed: int) -> Any:
@@ -41,7 +38,7 @@ def fork_root(policy_ckpt: dict[str, Any], state_ckpt: dict[str, Any], reseed: i
     if not state_ckpt.get("runner_state"):
         raise CheckpointError("the state checkpoint holds no runner state (it is itself a policy-only copy)")
     a, b = policy_ckpt.get("config") or {}, state_ckpt.get("config") or {}
-    differ = [f"{k}: {a.get(k)!r} vs {b.get(k)!r}" for k in _SAME if a.get(k) != b.get(k)]
+    differ = [f"{k}: {a.get(k)!r} vs {b.get(k)!r}" for k in SAME_RUN_FIELDS if a.get(k) != b.get(k)]
     if differ:
         raise CheckpointError("the two checkpoints are not of one run (" + "; ".join(differ) + ")")
     runner_state = portable(state_ckpt)["runner_state"]
