@@ -36,6 +36,7 @@ from __future__ import annotations
 
 import math
 import os
+from collections.abc import Mapping
 from dataclasses import dataclass, field
 from typing import TYPE_CHECKING, Any
 
@@ -260,14 +261,14 @@ def blank_worse_reasons(with_map: CourseRun, blanked: CourseRun) -> list[str]:
 MAP_RUN_CHECKS = ("crossed", "no_fall", "at_speed")  # the keys of map_run_checks
 
 
-def map_run_checks(with_map: CourseRun) -> dict[str, bool]:
-    """The part of the course bar one run with the map decides: crossed, no fall, at speed."""
-    at_speed = (
-        with_map.crossed
-        and with_map.mean_speed is not None
-        and with_map.mean_speed >= SPEED_FRACTION_BAR * with_map.speed
-    )
-    return {"crossed": with_map.crossed, "no_fall": not with_map.falls, "at_speed": bool(at_speed)}
+def map_run_checks(run: CourseRun | Mapping[str, Any]) -> dict[str, bool]:
+    """The part of the course bar one run with the map decides: crossed, no fall, at speed. ``run``
+    may also be a run as ``evaluation.json`` holds it (:mod:`sim2sim.scan_effect` applies the same
+    checks to blanked runs)."""
+    r = run if isinstance(run, Mapping) else vars(run)
+    crossed, mean_speed = bool(r["crossed"]), r["mean_speed"]
+    at_speed = crossed and mean_speed is not None and mean_speed >= SPEED_FRACTION_BAR * r["speed"]
+    return {"crossed": crossed, "no_fall": not r["falls"], "at_speed": bool(at_speed)}
 
 
 def course_bar(with_map: CourseRun, blanked: CourseRun) -> dict[str, Any]:

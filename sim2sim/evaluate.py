@@ -47,7 +47,11 @@ m/s) drive the course once per speed, each under its own heading and JSON key (`
 ``course_0.75``, ``course_1``), and end with a table of the bar per speed (``course_bar_by_speed``).
 Several block fields (``--seed``) or starts along the lead-in (``--spawn 1.0 1.1 1.2``: whether a
 gait climbs a riser can turn on where in its stride it meets it) drive each speed on each and add
-a table of how many drives passed per speed (``course_over_fields``).
+a table of how many drives passed per speed (``course_over_fields``). More than one course drive
+also gives the map's effect counted over the drives (``course_scan_effect``,
+:mod:`sim2sim.scan_effect`): map and blanked runs that crossed at speed without a fall, per speed
+and over all, with a one-sided exact test; the per-drive comparison above cannot tell a policy
+that ignores its scan from one that reads it and can also climb blind at some speeds.
 
 With ``--block`` each policy also drives the source paper's robot experiment A, "traversing a 20 cm
 high block with 1.0 m/s command to the front": a 4 m run-up, one 20 cm step up onto a 1.2 m long
@@ -74,6 +78,8 @@ from aow_policy.fileio import atomic_write_text
 from sim2sim import course_eval
 from sim2sim.course import COURSE_SEED, CourseConfig, block_config, generate_course
 from sim2sim.policy_args import parse_named_paths
+from sim2sim.scan_effect import markdown as scan_effect_markdown
+from sim2sim.scan_effect import scan_effect
 from training.sim.model import LEG_ACTUATOR_MODELS
 
 STAND_UP_S = 2.0
@@ -566,6 +572,11 @@ def main(argv: list[str] | None = None) -> int:
         ]
         heading = f"## Over the {' and the '.join(over)}\n\n"
         table = f"{table}\n{heading}{over_fields_markdown(payload['course_over_fields'], speeds)}"
+    course_strips = [payload[key] for key, *_ in strips if key != "block"]
+    if len(course_strips) > 1:
+        payload["course_scan_effect"] = scan_effect(course_strips)
+        heading = "## The map's effect over the course drives\n\n"
+        table = f"{table}\n{heading}{scan_effect_markdown(payload['course_scan_effect'])}"
     payload["leg_actuators"] = legs
     payload["identities"] = identities
     if set(legs.values()) != {"pd"}:

@@ -515,6 +515,13 @@ def test_evaluate_course_at_several_speeds_tables_the_bar_per_speed(tmp_path, mo
     assert "## Terrain course at 0.5 m/s" in md and "## Terrain course at 1 m/s" in md
     assert "| policy | 0.5 m/s | 1 m/s | all speeds | map run at speed, no fall |" in md
     assert "| relief | fails: not crossed, slow | passes | False | 1 of 2 |" in md
+    # The map's effect over the two drives: the roller drives alike blanked (crossing at 1.0 m/s,
+    # timed out at 0.5), so with 1 of 2 passes each the one-sided exact p is 5/6: not worse.
+    effect = data["course_scan_effect"]["relief"]
+    assert effect["all"] == {"drives": 2, "map": 1, "blank": 1, "p": pytest.approx(5 / 6)}
+    assert not effect["measurably_worse"]
+    assert "## The map's effect over the course drives" in md
+    assert "| relief | **all speeds** | 2 | 1 | 1 | **0.83: not measurably worse** |" in md
 
 
 @pytest.mark.parametrize(
@@ -542,7 +549,7 @@ def test_evaluate_course_on_several_block_fields_tables_the_drives_over_them(tmp
     out, data = _relief_at_half_and_full_speed(tmp_path, monkeypatch, "--seed", "7", "8")
     assert {k for k in data if k.startswith("course_")} == {
         "course_0.5_seed7", "course_1_seed7", "course_0.5_seed8", "course_1_seed8",
-        "course_bar_by_speed_seed7", "course_bar_by_speed_seed8", "course_over_fields",
+        "course_bar_by_speed_seed7", "course_bar_by_speed_seed8", "course_over_fields", "course_scan_effect",
     }  # fmt: skip
     assert data["course_1_seed8"]["description"]["seed"] == 8
     assert data["course_over_fields"]["relief"] == {
@@ -566,7 +573,7 @@ def test_evaluate_course_from_several_starts_tables_the_drives_over_them(tmp_pat
     out, data = _relief_at_half_and_full_speed(tmp_path, monkeypatch, "--spawn", "1.0", "1.2")
     assert {k for k in data if k.startswith("course_")} == {
         "course_0.5_start1", "course_1_start1", "course_0.5_start1.2", "course_1_start1.2",
-        "course_bar_by_speed_start1", "course_bar_by_speed_start1.2", "course_over_fields",
+        "course_bar_by_speed_start1", "course_bar_by_speed_start1.2", "course_over_fields", "course_scan_effect",
     }  # fmt: skip
     x0 = generate_course(MILD_COURSE).start[0]
     assert data["course_1_start1.2"]["description"]["start_xy"][0] == pytest.approx(x0 + 0.2)
