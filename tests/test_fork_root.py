@@ -71,6 +71,20 @@ def test_reseed_gives_two_forks_of_one_root_their_own_generators(line):
     env_gens = [r["runner_state"]["ranks"][0]["env"]["generator"] for r in (one, two)]
     assert not torch.equal(env_gens[0], env_gens[1])
     assert torch.equal(one["rng"]["generators"][0], gens[1])  # "rng" kept consistent with the runner state
+    # The global torch state is reseeded too: the same seed the same, another another, and a state
+    # torch.set_rng_state accepts (what a resume does with it).
+    torch_states = [r["rng"]["torch"] for r in (plain, one, again, two)]
+    assert torch.equal(torch_states[0], policy["rng"]["torch"])
+    assert torch.equal(torch_states[1], torch_states[2]) and not torch.equal(torch_states[1], torch_states[3])
+    assert not torch.equal(torch_states[0], torch_states[1])
+    saved = torch.get_rng_state()
+    try:
+        torch.set_rng_state(torch_states[1])
+        first = torch.rand(3)
+        torch.set_rng_state(torch_states[2])
+        assert torch.equal(torch.rand(3), first)
+    finally:
+        torch.set_rng_state(saved)
 
 
 def test_checkpoints_of_different_runs_and_overwrites_are_refused(line, tmp_path, capsys):

@@ -10,8 +10,9 @@ checkpoint of the same run, typically its committed resume checkpoint:
     python -m training.fork_root policies/aow_rough_ppo/model_1618.pt \\
         policies/runs/rough_track1600_ppo/model_1685.pt --out runs/roots/ppo_1618/model_1618.pt --reseed 1
 
-``--reseed S`` replaces the sampling generators by fresh ones seeded from S, so that two forks
-of one root take different episodes (with the same generators they would repeat each other).
+``--reseed S`` replaces the sampling generators and the global torch generator state by fresh
+ones seeded from S, so that two forks of one root take different episodes and minibatches (with
+the same generators they would repeat each other).
 """
 
 from __future__ import annotations
@@ -23,6 +24,8 @@ from typing import Any
 
 from training.checkpoint import SAME_RUN_FIELDS, CheckpointError, load_checkpoint, save_checkpoint
 from training.slim_checkpoint import policy, portable
+
+GLOBAL_STATE_OFFSET = 1_000_001  # past every rank's two generator seeds (2 i and 2 i + 1)
 
 
 def _generator_state(seed: int) -> Any:
@@ -55,8 +58,13 @@ def fork_root(policy_ckpt: dict[str, Any], state_ckpt: dict[str, Any], reseed: i
     out["runner_state"] = runner_state
     if reseed is not None and "rng" in out:
         # A resume reads the ranks' generators from runner_state; "rng" repeats them in a saved
-        # checkpoint, kept consistent here. Its global torch state stays the policy's.
-        out["rng"] = {**out["rng"], "generators": [r["generator"] for r in runner_state["ranks"]]}
+        # checkpoint, kept consistent here. The global torch state (which a resume restores too:
+        # what torch draws outside the generators, e.g. minibatch order) is reseeded with them.
+        out["rng"] = {
+            **out["rng"],
+            "torch": _generator_state(reseed * 1_000_003 + GLOBAL_STATE_OFFSET),
+            "generators": [r["generator"] for r in runner_state["ranks"]],
+        }
     return out
 
 
