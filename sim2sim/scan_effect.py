@@ -129,6 +129,7 @@ def main(argv: list[str] | None = None) -> int:
         "a one-sided exact test.",
     )
     parser.add_argument("evaluations", nargs="+", type=Path, help="evaluation.json files of sim2sim.evaluate --course")
+    parser.add_argument("--policy", action="append", help="only this policy (its name in the evaluations); repeatable")
     parser.add_argument("--json", action="store_true", help="print the result as one JSON line after the table")
     parser.add_argument("--out", type=Path, help="also write the table to this markdown file")
     args = parser.parse_args(argv)
@@ -143,6 +144,11 @@ def main(argv: list[str] | None = None) -> int:
             parser.error(f"{path}: no course drives (was it written by sim2sim.evaluate --course?)")
         drives += found
     effect = scan_effect(drives)
+    if args.policy:
+        missing = [name for name in args.policy if name not in effect]
+        if missing:
+            parser.error(f"--policy: no drives of {', '.join(missing)} (the evaluations hold {', '.join(effect)})")
+        effect = {name: effect[name] for name in args.policy}
     table = markdown(effect)
     print(table, end="")
     if args.out:

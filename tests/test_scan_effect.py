@@ -119,3 +119,18 @@ def test_cli_names_a_file_it_cannot_use(tmp_path, capsys, text, words):
     assert exit_info.value.code == 2
     err = capsys.readouterr().err
     assert str(bad) in err and words in err
+
+
+def test_cli_pools_evaluations_and_keeps_the_policies_asked_for(tmp_path, capsys):
+    """Two evaluations of the same policy 'a' pool their drives; --policy leaves 'b' out."""
+    paths = []
+    for i in range(2):
+        path = tmp_path / f"evaluation{i}.json"
+        path.write_text(json.dumps({"course_1": _strip(1.0, a=(_run(), _run(falls=1)), b=(_run(), _run()))}))
+        paths.append(str(path))
+    assert se.main([*paths, "--policy", "a", "--json"]) == 0
+    effect = json.loads(capsys.readouterr().out.strip().splitlines()[-1])
+    assert list(effect) == ["a"] and effect["a"]["all"]["drives"] == 2 and effect["a"]["all"]["blank"] == 0
+    with pytest.raises(SystemExit):
+        se.main([*paths, "--policy", "c"])
+    assert "--policy: no drives of c (the evaluations hold a, b)" in capsys.readouterr().err
