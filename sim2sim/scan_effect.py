@@ -72,8 +72,8 @@ def scan_effect(drives: Iterable[Mapping[str, Any]]) -> dict[str, dict[str, Any]
     for strip in drives:
         speed = f"{float(strip['speed']):g}"
         for name, runs in strip["policies"].items():
-            passed = tuple(all(map_run_checks(runs[mode]).values()) for mode in ("map", "blank"))
-            pairs.setdefault(name, {}).setdefault(speed, []).append(passed)  # type: ignore[arg-type]
+            with_map, blanked = (all(map_run_checks(runs[mode]).values()) for mode in ("map", "blank"))
+            pairs.setdefault(name, {}).setdefault(speed, []).append((with_map, blanked))
     if not pairs:
         raise ValueError("no course drives to compare")
     result = {}
