@@ -29,7 +29,9 @@ and blanked ``measurably worse`` (the scan is used): at least one of more falls 
 map, not crossing where the map run crossed, at least ``BLANK_PROGRESS_LOSS`` (0.5 m) less
 progress, or, both crossing, a mean speed at most ``BLANK_SPEED_FACTOR`` (0.9) of the map run's.
 A policy that never reads its scan gives two identical runs and fails this part: the course and
-the operator are deterministic, so any difference comes from the map.
+the operator are deterministic, so any difference comes from the map. So does a policy that reads
+its scan and can also cross blind; over several drives :mod:`sim2sim.scan_effect` tells the two
+apart (map runs against blanked runs that pass the map run's checks, with an exact test).
 """
 
 from __future__ import annotations
